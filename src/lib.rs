@@ -1,0 +1,1 @@
+//! clink-kafka

@@ -1,0 +1,34 @@
+//! `clink-kafka-wire`: the Kafka protocol as a sans-IO library.
+//!
+//! Bytes in, typed values out, and back. Nothing here touches a socket, a
+//! clock or a random number generator: time and nonces are parameters. That
+//! is what lets the same code serve the async client, the in-doubt resolver,
+//! the fuzzers and the benchmarks.
+//!
+//! - [`frame`]: size-prefixed frames, request/response headers.
+//! - [`protocol`]: requests as typed values, version negotiation.
+//! - [`messages`]: bounded response decoders into `kafka-protocol`'s types.
+//! - [`record`]: record batch v2, zero-copy over [`bytes::Bytes`].
+//! - [`compression`]: gzip, snappy (xerial), lz4 (frame) and zstd, pure Rust.
+//! - [`sasl`]: PLAIN and SCRAM-SHA-256/512 state machines.
+//! - [`error_code`]: Kafka's error-code table.
+#![forbid(unsafe_code)]
+
+pub mod codec;
+pub mod compression;
+pub mod error;
+pub mod error_code;
+pub mod frame;
+pub mod messages;
+pub mod protocol;
+pub mod record;
+pub mod sasl;
+pub mod secret;
+
+#[cfg(fuzzing)]
+pub mod fuzzing;
+
+pub use error::{Error, Result};
+pub use error_code::KafkaCode;
+/// The `kafka-protocol` crate whose generated message types we speak.
+pub use kafka_protocol;

@@ -1,0 +1,233 @@
+//! The v2 batch encoder.
+
+use bytes::{BufMut, BytesMut};
+
+use super::{
+    ControlKind, ATTRIBUTES_OFFSET, BATCH_HEADER_LEN, CONTROL_BIT, CRC_OFFSET, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+};
+use crate::codec::{put_varint, put_varlong, varint_len, varlong_len};
+use crate::compression::{self, Compression};
+use crate::error::{Error, Result};
+use crate::record::TimestampType;
+
+/// The batch-level fields a producer chooses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchMeta {
+    /// Producers write 0; the broker assigns real offsets.
+    pub base_offset: i64,
+    pub partition_leader_epoch: i32,
+    /// -1 when not idempotent.
+    pub producer_id: i64,
+    /// -1 when not idempotent.
+    pub producer_epoch: i16,
+    /// -1 when not idempotent.
+    pub base_sequence: i32,
+    pub compression: Compression,
+    pub timestamp_type: TimestampType,
+    pub transactional: bool,
+    pub control: bool,
+}
+
+impl Default for BatchMeta {
+    fn default() -> Self {
+        BatchMeta {
+            base_offset: 0,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            compression: Compression::None,
+            timestamp_type: TimestampType::CreateTime,
+            transactional: false,
+            control: false,
+        }
+    }
+}
+
+impl BatchMeta {
+    fn attributes(&self) -> i16 {
+        let mut a = self.compression.id();
+        if self.timestamp_type == TimestampType::LogAppendTime {
+            a |= TIMESTAMP_TYPE_BIT;
+        }
+        if self.transactional {
+            a |= TRANSACTIONAL_BIT;
+        }
+        if self.control {
+            a |= CONTROL_BIT;
+        }
+        a
+    }
+}
+
+/// A header to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderOut<'a> {
+    pub key: &'a str,
+    pub value: Option<&'a [u8]>,
+}
+
+/// A record to write. Offsets are assigned in order (delta = index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RecordOut<'a> {
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [HeaderOut<'a>],
+}
+
+/// Encodes batches, keeping a scratch buffer for compressed record sections
+/// so a long-lived producer does not allocate per batch.
+#[derive(Debug, Default)]
+pub struct RecordBatchEncoder {
+    scratch: Vec<u8>,
+    compressed: Vec<u8>,
+}
+
+#[inline]
+fn field_len(f: Option<&[u8]>) -> Result<usize> {
+    Ok(match f {
+        None => 1,
+        Some(b) => varint_len(len_i32(b.len())?) + b.len(),
+    })
+}
+
+#[inline]
+fn len_i32(n: usize) -> Result<i32> {
+    i32::try_from(n).map_err(|_| Error::LengthOutOfBounds {
+        context: "record field",
+        length: n as i64,
+        limit: i32::MAX as usize,
+    })
+}
+
+#[inline]
+fn put_field(out: &mut impl BufMut, f: Option<&[u8]>) {
+    match f {
+        None => put_varint(out, -1),
+        Some(b) => {
+            put_varint(out, b.len() as i32);
+            out.put_slice(b);
+        }
+    }
+}
+
+/// Appends the records of a batch (no batch header) to `out`.
+fn put_records(out: &mut impl BufMut, base_timestamp: i64, records: &[RecordOut<'_>]) -> Result<()> {
+    for (i, r) in records.iter().enumerate() {
+        let offset_delta = len_i32(i)?;
+        let ts_delta = r.timestamp.wrapping_sub(base_timestamp);
+        let mut body = 1 + varlong_len(ts_delta) + varint_len(offset_delta);
+        body += field_len(r.key)? + field_len(r.value)?;
+        body += varint_len(len_i32(r.headers.len())?);
+        for h in r.headers {
+            body += field_len(Some(h.key.as_bytes()))? + field_len(h.value)?;
+        }
+        put_varint(out, len_i32(body)?);
+        out.put_u8(0); // record attributes: unused in v2
+        put_varlong(out, ts_delta);
+        put_varint(out, offset_delta);
+        put_field(out, r.key);
+        put_field(out, r.value);
+        put_varint(out, r.headers.len() as i32);
+        for h in r.headers {
+            put_field(out, Some(h.key.as_bytes()));
+            put_field(out, h.value);
+        }
+    }
+    Ok(())
+}
+
+impl RecordBatchEncoder {
+    /// A new encoder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends one v2 batch holding `records` to `out`. The base timestamp
+    /// is the first record's, as the Java client writes it; the max
+    /// timestamp is the largest. An empty `records` is refused: Kafka has no
+    /// empty data batches.
+    pub fn encode(&mut self, out: &mut BytesMut, meta: &BatchMeta, records: &[RecordOut<'_>]) -> Result<()> {
+        let Some(first) = records.first() else {
+            return Err(Error::Invalid {
+                context: "record batch",
+                message: "a batch needs at least one record".into(),
+            });
+        };
+        let count = len_i32(records.len())?;
+        let base_timestamp = first.timestamp;
+        let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(base_timestamp);
+        let start = out.len();
+        out.reserve(BATCH_HEADER_LEN);
+        out.put_i64(meta.base_offset);
+        out.put_i32(0); // batch length, patched
+        out.put_i32(meta.partition_leader_epoch);
+        out.put_i8(2);
+        out.put_u32(0); // crc, patched
+        out.put_i16(meta.attributes());
+        out.put_i32(count - 1);
+        out.put_i64(base_timestamp);
+        out.put_i64(max_timestamp);
+        out.put_i64(meta.producer_id);
+        out.put_i16(meta.producer_epoch);
+        out.put_i32(meta.base_sequence);
+        out.put_i32(count);
+        match meta.compression {
+            Compression::None => put_records(out, base_timestamp, records)?,
+            codec => {
+                self.scratch.clear();
+                put_records(&mut self.scratch, base_timestamp, records)?;
+                self.compressed.clear();
+                compression::compress(codec, &self.scratch, &mut self.compressed)?;
+                out.extend_from_slice(&self.compressed);
+            }
+        }
+        finish_batch(out, start)
+    }
+
+    /// Appends a control batch carrying one end-transaction marker.
+    pub fn encode_end_txn_marker(
+        &mut self,
+        out: &mut BytesMut,
+        meta: &BatchMeta,
+        kind: ControlKind,
+        coordinator_epoch: i32,
+        timestamp: i64,
+    ) -> Result<()> {
+        let key = {
+            let mut k = [0u8; 4];
+            k[2..].copy_from_slice(&kind.type_id().to_be_bytes());
+            k
+        };
+        let mut value = [0u8; 6];
+        value[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
+        let meta = BatchMeta {
+            control: true,
+            transactional: true,
+            compression: Compression::None,
+            ..*meta
+        };
+        let rec = RecordOut {
+            timestamp,
+            key: Some(&key),
+            value: Some(&value),
+            headers: &[],
+        };
+        self.encode(out, &meta, &[rec])
+    }
+}
+
+fn finish_batch(out: &mut BytesMut, start: usize) -> Result<()> {
+    let total = out.len() - start;
+    let batch_length = i32::try_from(total - LOG_OVERHEAD).map_err(|_| Error::LengthOutOfBounds {
+        context: "record batch length",
+        length: total as i64,
+        limit: i32::MAX as usize,
+    })?;
+    out[start + 8..start + 12].copy_from_slice(&batch_length.to_be_bytes());
+    let crc = crc32c::crc32c(&out[start + ATTRIBUTES_OFFSET..]);
+    out[start + CRC_OFFSET..start + CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
