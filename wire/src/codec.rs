@@ -397,7 +397,10 @@ mod tests {
     #[test]
     fn varint_never_ends_is_typed_error() {
         let buf = [0xffu8; 16];
-        assert!(matches!(read_unsigned_varint(&buf, "x"), Err(Error::VarintTooLong { .. })));
+        assert!(matches!(
+            read_unsigned_varint(&buf, "x"),
+            Err(Error::VarintTooLong { .. })
+        ));
         assert!(matches!(read_varint(&buf, "x"), Err(Error::VarintTooLong { .. })));
         assert!(matches!(read_varlong(&buf, "x"), Err(Error::VarintTooLong { .. })));
         // Ends exactly at the input boundary: truncated, not too long.
@@ -409,7 +412,17 @@ mod tests {
         let data = Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 1]);
         let mut r = Reader::new(&data);
         let err = r.array(false, "topics", |r| r.i32("x")).unwrap_err();
-        assert!(matches!(err, Error::LengthOutOfBounds { length: 2147483647, limit: 4, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::LengthOutOfBounds {
+                    length: 2147483647,
+                    limit: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -420,10 +433,16 @@ mod tests {
         assert!(matches!(r.string(true, "s"), Err(Error::LengthOutOfBounds { .. })));
         // Classic BYTES claiming i32::MAX.
         let data = Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff]);
-        assert!(matches!(Reader::new(&data).bytes(false, "b"), Err(Error::LengthOutOfBounds { .. })));
+        assert!(matches!(
+            Reader::new(&data).bytes(false, "b"),
+            Err(Error::LengthOutOfBounds { .. })
+        ));
         // Length below -1.
         let data = Bytes::from_static(&[0xff, 0xfe]);
-        assert!(matches!(Reader::new(&data).string(false, "s"), Err(Error::NegativeLength { length: -2, .. })));
+        assert!(matches!(
+            Reader::new(&data).string(false, "s"),
+            Err(Error::NegativeLength { length: -2, .. })
+        ));
     }
 
     #[test]
@@ -446,7 +465,10 @@ mod tests {
     #[test]
     fn invalid_utf8_is_typed() {
         let data = Bytes::from_static(&[0, 2, 0xff, 0xfe]);
-        assert!(matches!(Reader::new(&data).string(false, "s"), Err(Error::InvalidUtf8 { .. })));
+        assert!(matches!(
+            Reader::new(&data).string(false, "s"),
+            Err(Error::InvalidUtf8 { .. })
+        ));
     }
 
     proptest! {

@@ -177,11 +177,7 @@ fn corrupt(codec: &'static str, message: impl Into<String>) -> CompressionError 
 /// Compresses `input` with `codec`, appending the compressed bytes to `out`.
 ///
 /// On error, `out` is left as it was.
-pub fn compress(
-    codec: Compression,
-    input: &[u8],
-    out: &mut Vec<u8>,
-) -> Result<(), CompressionError> {
+pub fn compress(codec: Compression, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressionError> {
     let start = out.len();
     let result = match codec {
         Compression::None => {
@@ -203,11 +199,7 @@ pub fn compress(
 /// `codec`, refusing to produce more than `max_output` bytes.
 ///
 /// Safe on hostile input: see the module documentation.
-pub fn decompress(
-    codec: Compression,
-    input: &[u8],
-    max_output: usize,
-) -> Result<Vec<u8>, CompressionError> {
+pub fn decompress(codec: Compression, input: &[u8], max_output: usize) -> Result<Vec<u8>, CompressionError> {
     let mut out = Vec::new();
     decompress_into(codec, input, max_output, &mut out)?;
     Ok(out)
@@ -318,9 +310,7 @@ impl<'a> Sink<'a> {
         loop {
             // Every error (including `Interrupted`, which slice-backed
             // decoders never return) is final: no retry loop can spin.
-            let n = reader
-                .read(&mut buf)
-                .map_err(|e| corrupt(self.codec, e.to_string()))?;
+            let n = reader.read(&mut buf).map_err(|e| corrupt(self.codec, e.to_string()))?;
             if n == 0 {
                 return Ok(());
             }
@@ -414,12 +404,12 @@ mod snappy {
             out.extend_from_slice(&[0; 4]);
             let data_at = out.len();
             out.resize(data_at + snap::raw::max_compress_len(chunk.len()), 0);
-            let n = encoder.compress(chunk, &mut out[data_at..]).map_err(|e| {
-                CompressionError::Encode {
+            let n = encoder
+                .compress(chunk, &mut out[data_at..])
+                .map_err(|e| CompressionError::Encode {
                     codec: NAME,
                     message: e.to_string(),
-                }
-            })?;
+                })?;
             out.truncate(data_at + n);
             // n <= max_compress_len(32 KiB) which is far below i32::MAX.
             let n = i32::try_from(n).map_err(|_| CompressionError::Encode {
@@ -446,17 +436,11 @@ mod snappy {
     ) -> Result<(), CompressionError> {
         // The first four magic bytes read as a block length: snappy-java
         // treats that as the start of a concatenated stream's header.
-        let magic_head = i32::from_be_bytes([
-            XERIAL_MAGIC[0],
-            XERIAL_MAGIC[1],
-            XERIAL_MAGIC[2],
-            XERIAL_MAGIC[3],
-        ]);
+        let magic_head = i32::from_be_bytes([XERIAL_MAGIC[0], XERIAL_MAGIC[1], XERIAL_MAGIC[2], XERIAL_MAGIC[3]]);
         let mut rest = input;
         skip_header(&mut rest)?;
         while !rest.is_empty() {
-            let len = take_i32_be(&mut rest)
-                .ok_or_else(|| corrupt(NAME, "truncated xerial block length"))?;
+            let len = take_i32_be(&mut rest).ok_or_else(|| corrupt(NAME, "truncated xerial block length"))?;
             if len == magic_head {
                 // Step back over the 4 bytes and re-read a whole header.
                 let offset = input.len() - rest.len() - 4;
@@ -464,15 +448,11 @@ mod snappy {
                 skip_header(&mut rest)?;
                 continue;
             }
-            let len = usize::try_from(len)
-                .map_err(|_| corrupt(NAME, format!("negative xerial block length {len}")))?;
+            let len = usize::try_from(len).map_err(|_| corrupt(NAME, format!("negative xerial block length {len}")))?;
             let block = take(&mut rest, len).ok_or_else(|| {
                 corrupt(
                     NAME,
-                    format!(
-                        "xerial block length {len} exceeds the {} bytes left",
-                        rest.len()
-                    ),
+                    format!("xerial block length {len} exceeds the {} bytes left", rest.len()),
                 )
             })?;
             decompress_raw(block, decoder, sink)?;
@@ -483,8 +463,7 @@ mod snappy {
     /// Consumes a 16-byte xerial header. Version numbers are not checked:
     /// every snappy-java release writes 1/1 and reads any.
     fn skip_header(rest: &mut &[u8]) -> Result<(), CompressionError> {
-        let header = take(rest, XERIAL_HEADER_LEN)
-            .ok_or_else(|| corrupt(NAME, "truncated xerial header"))?;
+        let header = take(rest, XERIAL_HEADER_LEN).ok_or_else(|| corrupt(NAME, "truncated xerial header"))?;
         if header[..8] != XERIAL_MAGIC {
             return Err(corrupt(NAME, "bad xerial magic"));
         }
@@ -514,10 +493,7 @@ mod snappy {
             .decompress(block, &mut sink.out[at..])
             .map_err(|e| corrupt(NAME, e.to_string()))?;
         if n != len {
-            return Err(corrupt(
-                NAME,
-                "block decoded to fewer bytes than its header claims",
-            ));
+            return Err(corrupt(NAME, "block decoded to fewer bytes than its header claims"));
         }
         Ok(())
     }
@@ -562,12 +538,8 @@ mod lz4 {
             let size_at = out.len();
             out.extend_from_slice(&[0; 4]);
             let data_at = out.len();
-            out.resize(
-                data_at + lz4_flex::block::get_maximum_output_size(chunk.len()),
-                0,
-            );
-            let n =
-                lz4_flex::block::compress_into(chunk, &mut out[data_at..]).map_err(encode_err)?;
+            out.resize(data_at + lz4_flex::block::get_maximum_output_size(chunk.len()), 0);
+            let n = lz4_flex::block::compress_into(chunk, &mut out[data_at..]).map_err(encode_err)?;
             let size = if n < chunk.len() {
                 out.truncate(data_at + n);
                 n as u32
@@ -588,10 +560,8 @@ mod lz4 {
         while !rest.is_empty() {
             let magic = take_u32_le(&mut rest).ok_or_else(|| corrupt(NAME, "truncated magic"))?;
             if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
-                let len = take_u32_le(&mut rest)
-                    .ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
-                take(&mut rest, len as usize)
-                    .ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                let len = take_u32_le(&mut rest).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                take(&mut rest, len as usize).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
                 continue;
             }
             if magic != MAGIC {
@@ -607,10 +577,7 @@ mod lz4 {
         let frame_input = *rest;
         let [flg, bd] = take_array(rest).ok_or_else(truncated)?;
         if flg >> 6 != 0b01 {
-            return Err(corrupt(
-                NAME,
-                format!("unsupported frame version {}", flg >> 6),
-            ));
+            return Err(corrupt(NAME, format!("unsupported frame version {}", flg >> 6)));
         }
         if flg & 0b10 != 0 || bd & 0b1000_1111 != 0 {
             return Err(corrupt(NAME, "reserved frame descriptor bits set"));
@@ -625,12 +592,7 @@ mod lz4 {
             5 => 256 << 10,
             6 => 1 << 20,
             7 => 4 << 20,
-            code => {
-                return Err(corrupt(
-                    NAME,
-                    format!("invalid block maximum size code {code}"),
-                ))
-            }
+            code => return Err(corrupt(NAME, format!("invalid block maximum size code {code}"))),
         };
         let content_size = if has_content_size {
             Some(u64::from_le_bytes(take_array(rest).ok_or_else(truncated)?))
@@ -646,10 +608,7 @@ mod lz4 {
             return Err(corrupt(NAME, "frame header checksum mismatch"));
         }
         if has_dict_id {
-            return Err(corrupt(
-                NAME,
-                "frames compressed with a dictionary are not supported",
-            ));
+            return Err(corrupt(NAME, "frames compressed with a dictionary are not supported"));
         }
         if let Some(size) = content_size {
             if size > sink.budget() as u64 {
@@ -672,8 +631,7 @@ mod lz4 {
             }
             let data = take(rest, len).ok_or_else(|| corrupt(NAME, "truncated block"))?;
             if block_checksum {
-                let sum =
-                    take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated block checksum"))?;
+                let sum = take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated block checksum"))?;
                 if sum != xxh32(data, 0) {
                     return Err(corrupt(NAME, "block checksum mismatch"));
                 }
@@ -695,9 +653,7 @@ mod lz4 {
             };
             match result {
                 Ok(n) => sink.out.truncate(at + n),
-                Err(lz4_flex::block::DecompressError::OutputTooSmall { .. })
-                    if room < justified =>
-                {
+                Err(lz4_flex::block::DecompressError::OutputTooSmall { .. }) if room < justified => {
                     return Err(sink.too_large())
                 }
                 Err(e) => return Err(corrupt(NAME, e.to_string())),
@@ -705,8 +661,7 @@ mod lz4 {
         }
         let frame_output = &sink.out[frame_start..];
         if content_checksum {
-            let sum =
-                take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated content checksum"))?;
+            let sum = take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated content checksum"))?;
             if sum != xxh32(frame_output, 0) {
                 return Err(corrupt(NAME, "content checksum mismatch"));
             }
@@ -741,11 +696,7 @@ mod zstd {
     pub(super) fn compress(input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressionError> {
         // Writes to a Vec cannot fail, so ruzstd's internal unwraps on the
         // drain cannot fire; reading from a slice cannot fail either.
-        ruzstd::encoding::compress(
-            input,
-            &mut *out,
-            ruzstd::encoding::CompressionLevel::Fastest,
-        );
+        ruzstd::encoding::compress(input, &mut *out, ruzstd::encoding::CompressionLevel::Fastest);
         Ok(())
     }
 
@@ -758,16 +709,21 @@ mod zstd {
     /// The smallest Window_Descriptor whose window is at least `min`
     /// (saturating at the largest).
     pub(super) fn descriptor_for(min: u64) -> u8 {
-        (0..=u8::MAX)
-            .find(|&d| window_size(d) >= min)
-            .unwrap_or(u8::MAX)
+        (0..=u8::MAX).find(|&d| window_size(d) >= min).unwrap_or(u8::MAX)
+    }
+
+    /// What [`inspect_header`] learned.
+    struct Header {
+        /// Declared Frame_Content_Size, if any.
+        content_size: Option<u64>,
+        /// Replacement Window_Descriptor, if the declared window is larger
+        /// than the budget can justify.
+        clamp_window: Option<u8>,
     }
 
     /// Checks a frame header before ruzstd sees it. Fails with
-    /// `OutputTooLarge` if the declared content size exceeds the budget;
-    /// returns a replacement Window_Descriptor if the declared window is
-    /// larger than the budget can justify.
-    fn inspect_header(frame: &[u8], sink: &Sink<'_>) -> Result<Option<u8>, CompressionError> {
+    /// `OutputTooLarge` if the declared content size exceeds the budget.
+    fn inspect_header(frame: &[u8], sink: &Sink<'_>) -> Result<Header, CompressionError> {
         let truncated = || corrupt(NAME, "truncated frame header");
         let budget = sink.budget() as u64;
         let &fhd = frame.get(4).ok_or_else(truncated)?;
@@ -782,26 +738,34 @@ mod zstd {
         let wd_len = usize::from(!single_segment);
         let fcs_at = 5 + wd_len + dict_id_len;
         let fcs = frame.get(fcs_at..fcs_at + fcs_len).ok_or_else(truncated)?;
-        if fcs_len > 0 {
+        let content_size = (fcs_len > 0).then(|| {
             let mut le = [0u8; 8];
             le[..fcs_len].copy_from_slice(fcs);
-            let mut size = u64::from_le_bytes(le);
+            let size = u64::from_le_bytes(le);
             if fcs_len == 2 {
-                size += 256;
+                size + 256
+            } else {
+                size
             }
-            if size > budget {
-                return Err(sink.too_large());
-            }
+        });
+        if content_size.is_some_and(|size| size > budget) {
+            return Err(sink.too_large());
         }
         if single_segment {
             // The window is the content size, already bounded above.
-            return Ok(None);
+            return Ok(Header {
+                content_size,
+                clamp_window: None,
+            });
         }
         let wd = *frame.get(5).ok_or_else(truncated)?;
         // Output beyond the budget is an error anyway, so a frame we would
         // accept never needs more history than budget + one block.
         let needed = budget.saturating_add(BLOCK_MAX);
-        Ok((window_size(wd) > needed).then(|| descriptor_for(needed)))
+        Ok(Header {
+            content_size,
+            clamp_window: (window_size(wd) > needed).then(|| descriptor_for(needed)),
+        })
     }
 
     pub(super) fn decompress(input: &[u8], sink: &mut Sink<'_>) -> Result<(), CompressionError> {
@@ -810,17 +774,17 @@ mod zstd {
             let mut peek = rest;
             let magic = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated magic"))?;
             if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
-                let len = take_u32_le(&mut peek)
-                    .ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
-                take(&mut peek, len as usize)
-                    .ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                let len = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                take(&mut peek, len as usize).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
                 rest = peek;
                 continue;
             }
             if magic != MAGIC {
                 return Err(corrupt(NAME, format!("bad frame magic {magic:#010x}")));
             }
-            rest = match inspect_header(rest, sink)? {
+            let header = inspect_header(rest, sink)?;
+            let frame_start = sink.produced();
+            rest = match header.clamp_window {
                 None => decompress_frame(rest, sink)?,
                 Some(wd) => {
                     // Same header with the Window_Descriptor (byte 5,
@@ -835,24 +799,27 @@ mod zstd {
                     tail
                 }
             };
+            if let Some(size) = header.content_size {
+                let got = sink.produced() - frame_start;
+                if size != got as u64 {
+                    return Err(corrupt(
+                        NAME,
+                        format!("frame declares {size} bytes of content but holds {got}"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
 
     /// Decodes the frame at the start of `input`, returning what follows it.
-    fn decompress_frame<'i>(
-        input: &'i [u8],
-        sink: &mut Sink<'_>,
-    ) -> Result<&'i [u8], CompressionError> {
+    fn decompress_frame<'i>(input: &'i [u8], sink: &mut Sink<'_>) -> Result<&'i [u8], CompressionError> {
         let mut rest = input;
         decompress_frame_from(&mut rest, sink)?;
         Ok(rest)
     }
 
-    fn decompress_frame_from<R: Read>(
-        source: R,
-        sink: &mut Sink<'_>,
-    ) -> Result<(), CompressionError> {
+    fn decompress_frame_from<R: Read>(source: R, sink: &mut Sink<'_>) -> Result<(), CompressionError> {
         let mut decoder = ruzstd::decoding::StreamingDecoder::new(source).map_err(|e| match e {
             FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame { .. }) => {
                 corrupt(NAME, "unexpected skippable frame")
@@ -864,10 +831,7 @@ mod zstd {
         if !frame.is_finished() {
             return Err(corrupt(NAME, "truncated frame"));
         }
-        if let (Some(stored), Some(computed)) = (
-            frame.get_checksum_from_data(),
-            frame.get_calculated_checksum(),
-        ) {
+        if let (Some(stored), Some(computed)) = (frame.get_checksum_from_data(), frame.get_calculated_checksum()) {
             if stored != computed {
                 return Err(corrupt(NAME, "content checksum mismatch"));
             }
@@ -884,9 +848,7 @@ fn xxh32(data: &[u8], seed: u32) -> u32 {
     const P4: u32 = 668_265_263;
     const P5: u32 = 374_761_393;
     fn round(acc: u32, lane: u32) -> u32 {
-        acc.wrapping_add(lane.wrapping_mul(P2))
-            .rotate_left(13)
-            .wrapping_mul(P1)
+        acc.wrapping_add(lane.wrapping_mul(P2)).rotate_left(13).wrapping_mul(P1)
     }
     fn lane(b: &[u8]) -> u32 {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
@@ -936,8 +898,9 @@ fn xxh32(data: &[u8], seed: u32) -> u32 {
     h
 }
 
-/// Entry points for fuzz targets (built with `--cfg fuzzing`).
-#[cfg(fuzzing)]
+/// Entry points for fuzz targets (built with `--cfg fuzzing`; also under
+/// `test`, where the corpus replay uses them).
+#[cfg(any(fuzzing, test))]
 pub mod fuzzing {
     use super::Compression;
 
@@ -1000,9 +963,7 @@ mod tests {
             match i % 3 {
                 0 => {
                     for j in 0..40 {
-                        v.extend_from_slice(
-                            format!("key-{i}-{j}: value {}\n", i * 31 + j).as_bytes(),
-                        );
+                        v.extend_from_slice(format!("key-{i}-{j}: value {}\n", i * 31 + j).as_bytes());
                     }
                 }
                 1 => v.resize(v.len() + 700, i as u8),
@@ -1019,9 +980,7 @@ mod tests {
         let mut v = Vec::new();
         let mut i: u64 = 0;
         while v.len() < 100 * KIB {
-            v.extend_from_slice(
-                format!("record-{i:06} value={}\n", (i * 2_654_435_761) % 1_000_003).as_bytes(),
-            );
+            v.extend_from_slice(format!("record-{i:06} value={}\n", (i * 2_654_435_761) % 1_000_003).as_bytes());
             i += 1;
         }
         v.truncate(100 * KIB);
@@ -1062,14 +1021,8 @@ mod tests {
             assert_eq!(codec.id(), id as i16);
             assert_eq!(Compression::from_attributes(id as i16).unwrap(), codec);
             // Timestamp type, transactional and control bits are ignored.
-            assert_eq!(
-                Compression::from_attributes(id as i16 | 0x0038).unwrap(),
-                codec
-            );
-            assert_eq!(
-                Compression::from_attributes(id as i16 | -0x100).unwrap(),
-                codec
-            );
+            assert_eq!(Compression::from_attributes(id as i16 | 0x0038).unwrap(), codec);
+            assert_eq!(Compression::from_attributes(id as i16 | -0x100).unwrap(), codec);
         }
         for id in 5..=7 {
             assert!(matches!(
@@ -1113,8 +1066,7 @@ mod tests {
             for (what, input) in &inputs {
                 let c = compressed(codec, input);
                 // A cap of exactly the input length must be enough.
-                let back = decompress(codec, &c, input.len())
-                    .unwrap_or_else(|e| panic!("{codec} {what}: {e}"));
+                let back = decompress(codec, &c, input.len()).unwrap_or_else(|e| panic!("{codec} {what}: {e}"));
                 assert!(back == *input, "{codec} {what}: round trip differs");
                 if !input.is_empty() {
                     // ... and one byte less must not.
@@ -1185,10 +1137,7 @@ mod tests {
     fn snappy_accepts_raw_blocks() {
         for input in [HELLO.to_vec(), patterned(), noise(5000, 3)] {
             let raw = snap::raw::Encoder::new().compress_vec(&input).unwrap();
-            assert_eq!(
-                decompress(Compression::Snappy, &raw, input.len()).unwrap(),
-                input
-            );
+            assert_eq!(decompress(Compression::Snappy, &raw, input.len()).unwrap(), input);
         }
     }
 
@@ -1225,21 +1174,14 @@ mod tests {
             input.extend_from_slice(&[0x01, 0x00]); // 2 bytes of "block"
             let mut out = Vec::new();
             let r = decompress_into(Compression::Snappy, &input, 64 * MIB, &mut out);
-            assert!(
-                matches!(r, Err(CompressionError::Corrupt { .. })),
-                "{len}: {r:?}"
-            );
+            assert!(matches!(r, Err(CompressionError::Corrupt { .. })), "{len}: {r:?}");
             assert_eq!(out.capacity(), 0, "{len}: allocated");
         }
         // A length cut short, and a header cut short.
         let mut input = header.clone();
         input.extend_from_slice(&[0, 0]);
         assert!(is_corrupt(&decompress(Compression::Snappy, &input, MIB)));
-        assert!(is_corrupt(&decompress(
-            Compression::Snappy,
-            &header[..12],
-            MIB
-        )));
+        assert!(is_corrupt(&decompress(Compression::Snappy, &header[..12], MIB)));
     }
 
     #[test]
@@ -1253,15 +1195,10 @@ mod tests {
             assert_eq!(out.capacity(), 0);
         }
         // A plausible claim beyond the cap is reported as too large.
-        let raw = snap::raw::Encoder::new()
-            .compress_vec(&vec![0u8; 100_000])
-            .unwrap();
+        let raw = snap::raw::Encoder::new().compress_vec(&vec![0u8; 100_000]).unwrap();
         let mut out = Vec::new();
         let r = decompress_into(Compression::Snappy, &raw, 1000, &mut out);
-        assert!(matches!(
-            r,
-            Err(CompressionError::OutputTooLarge { limit: 1000, .. })
-        ));
+        assert!(matches!(r, Err(CompressionError::OutputTooLarge { limit: 1000, .. })));
         assert_eq!(out.capacity(), 0);
     }
 
@@ -1274,10 +1211,7 @@ mod tests {
         assert_eq!(&c[..7], &[0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, 0x82]);
         assert_eq!(&c[c.len() - 4..], &[0, 0, 0, 0]);
         let empty = compressed(Compression::Lz4, b"");
-        assert_eq!(
-            empty,
-            [0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, 0x82, 0, 0, 0, 0]
-        );
+        assert_eq!(empty, [0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, 0x82, 0, 0, 0, 0]);
     }
 
     #[test]
@@ -1372,10 +1306,7 @@ mod tests {
         c.extend_from_slice(&3u32.to_le_bytes());
         c.extend_from_slice(b"xyz");
         c.extend(compressed(Compression::Lz4, b"again"));
-        assert_eq!(
-            decompress(Compression::Lz4, &c, 100).unwrap(),
-            b"Hello, Kafka!\nagain"
-        );
+        assert_eq!(decompress(Compression::Lz4, &c, 100).unwrap(), b"Hello, Kafka!\nagain");
         c.push(0);
         assert!(is_corrupt(&decompress(Compression::Lz4, &c, 100)));
     }
@@ -1386,10 +1317,7 @@ mod tests {
         assert_eq!(xxh32(b"", 0), 0x02CC_5D05);
         assert_eq!(xxh32(b"a", 0), 0x550D_7456);
         assert_eq!(xxh32(b"abc", 0), 0x32D1_53FF);
-        assert_eq!(
-            xxh32(b"Nobody inspects the spammish repetition", 0),
-            0xE229_3B2F
-        );
+        assert_eq!(xxh32(b"Nobody inspects the spammish repetition", 0), 0xE229_3B2F);
         // The long-input path is checked by the python-lz4 fixtures'
         // header and content checksums.
     }
@@ -1446,16 +1374,27 @@ mod tests {
     }
 
     #[test]
+    fn zstd_content_size_must_match() {
+        // Single-segment frame, 1-byte FCS, one last raw block of "abc".
+        let frame = |fcs: u8| {
+            let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x20, fcs];
+            f.extend_from_slice(&[(3 << 3) | 1, 0, 0]); // last, raw, size 3
+            f.extend_from_slice(b"abc");
+            f
+        };
+        assert_eq!(decompress(Compression::Zstd, &frame(3), 100).unwrap(), b"abc");
+        assert!(is_corrupt(&decompress(Compression::Zstd, &frame(4), 100)));
+        assert!(is_corrupt(&decompress(Compression::Zstd, &frame(2), 100)));
+    }
+
+    #[test]
     fn zstd_concatenated_and_skippable_frames() {
         let mut c = compressed(Compression::Zstd, HELLO);
         c.extend_from_slice(&0x184D_2A5Fu32.to_le_bytes());
         c.extend_from_slice(&2u32.to_le_bytes());
         c.extend_from_slice(b"zz");
         c.extend(compressed(Compression::Zstd, b"again"));
-        assert_eq!(
-            decompress(Compression::Zstd, &c, 100).unwrap(),
-            b"Hello, Kafka!\nagain"
-        );
+        assert_eq!(decompress(Compression::Zstd, &c, 100).unwrap(), b"Hello, Kafka!\nagain");
         c.extend_from_slice(b"junk");
         assert!(is_corrupt(&decompress(Compression::Zstd, &c, 100)));
     }
@@ -1493,9 +1432,7 @@ mod tests {
             decompress(Compression::Zstd, fixture!("hello.zst"), 100).unwrap(),
             HELLO
         );
-        assert!(
-            decompress(Compression::Zstd, fixture!("patterned.zst"), pat.len()).unwrap() == pat
-        );
+        assert!(decompress(Compression::Zstd, fixture!("patterned.zst"), pat.len()).unwrap() == pat);
         // Level 19 streaming: 8 MiB window descriptor, no content size.
         let l19 = fixture!("patterned-stream-l19.zst");
         assert_eq!(zstd::window_size(l19[5]), 8 * MIB as u64);
@@ -1516,16 +1453,9 @@ mod tests {
         let hello = fixture!("hello.lz4");
         assert_eq!(&hello[..7], &[0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, 0x82]);
         assert_eq!(decompress(Compression::Lz4, hello, 100).unwrap(), HELLO);
-        for f in [
-            &fixture!("patterned.lz4")[..],
-            &fixture!("patterned-linked.lz4")[..],
-        ] {
+        for f in [&fixture!("patterned.lz4")[..], &fixture!("patterned-linked.lz4")[..]] {
             assert!(decompress(Compression::Lz4, f, pat.len()).unwrap() == pat);
-            assert!(is_too_large(&decompress(
-                Compression::Lz4,
-                f,
-                pat.len() - 1
-            )));
+            assert!(is_too_large(&decompress(Compression::Lz4, f, pat.len() - 1)));
         }
         // The content checksum (xxh32 over 100 KiB) is really checked.
         let mut bad = fixture!("patterned.lz4").to_vec();
@@ -1566,12 +1496,7 @@ mod tests {
                     continue; // a shorter but well-formed stream
                 }
                 let r = decompress(codec, &c[..cut], 10 * MIB);
-                assert!(
-                    is_corrupt(&r),
-                    "{codec} cut at {cut}/{}: {:?}",
-                    c.len(),
-                    r.err()
-                );
+                assert!(is_corrupt(&r), "{codec} cut at {cut}/{}: {:?}", c.len(), r.err());
             }
         }
     }
@@ -1615,11 +1540,7 @@ mod tests {
             );
             assert!(out.is_empty());
             // Never grew the output far beyond the cap.
-            assert!(
-                out.capacity() <= MIB + 64 * KIB,
-                "{codec}: {}",
-                out.capacity()
-            );
+            assert!(out.capacity() <= MIB + 64 * KIB, "{codec}: {}", out.capacity());
         }
     }
 

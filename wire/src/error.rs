@@ -36,10 +36,7 @@ pub enum Error {
     NegativeLength { context: &'static str, length: i64 },
     /// A varint ran past its maximum width (5 bytes for 32 bits, 10 for 64).
     #[error("varint for {context} does not terminate within {max_bytes} bytes")]
-    VarintTooLong {
-        context: &'static str,
-        max_bytes: usize,
-    },
+    VarintTooLong { context: &'static str, max_bytes: usize },
     /// A string field held bytes that are not UTF-8.
     #[error("{context} is not valid UTF-8")]
     InvalidUtf8 { context: &'static str },
@@ -53,7 +50,9 @@ pub enum Error {
     #[error("correlation id mismatch: expected {expected}, got {actual}")]
     CorrelationMismatch { expected: i32, actual: i32 },
     /// A record batch's CRC32C does not match its contents.
-    #[error("record batch at offset {base_offset}: CRC32C mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    #[error(
+        "record batch at offset {base_offset}: CRC32C mismatch (stored {stored:#010x}, computed {computed:#010x})"
+    )]
     CrcMismatch {
         base_offset: i64,
         stored: u32,
@@ -71,16 +70,10 @@ pub enum Error {
     },
     /// A structure that decoded but left bytes it does not account for.
     #[error("{remaining} trailing bytes after {context}")]
-    TrailingBytes {
-        context: &'static str,
-        remaining: usize,
-    },
+    TrailingBytes { context: &'static str, remaining: usize },
     /// A value that is syntactically fine but not allowed here.
     #[error("invalid {context}: {message}")]
-    Invalid {
-        context: &'static str,
-        message: String,
-    },
+    Invalid { context: &'static str, message: String },
     /// The API key is not one this crate knows.
     #[error("unknown API key {0}")]
     UnknownApiKey(i16),

@@ -205,11 +205,7 @@ impl ResponseFrame {
 
 /// Decodes a whole response frame for request type `R` at `version`, checking
 /// that it answers `expected_correlation_id`.
-pub fn decode_response<R: ApiRequest>(
-    frame: Bytes,
-    version: i16,
-    expected_correlation_id: i32,
-) -> Result<R::Response> {
+pub fn decode_response<R: ApiRequest>(frame: Bytes, version: i16, expected_correlation_id: i32) -> Result<R::Response> {
     let parsed = ResponseFrame::parse(frame, R::KEY, version)?;
     if parsed.correlation_id != expected_correlation_id {
         return Err(Error::CorrelationMismatch {
@@ -241,15 +237,30 @@ mod tests {
         let d = FrameDecoder::new(1024);
         let mut buf = BytesMut::from(&[0x7f, 0xff, 0xff, 0xff][..]);
         let err = d.decode_bytes(&mut buf).unwrap_err();
-        assert!(matches!(err, Error::FrameTooLarge { size: 2147483647, max: 1024 }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::FrameTooLarge {
+                    size: 2147483647,
+                    max: 1024
+                }
+            ),
+            "{err}"
+        );
         assert!(buf.capacity() < 4096, "must not reserve for a refused frame");
         // Default cap is 100 MiB.
         let d = FrameDecoder::default();
         assert_eq!(d.max_frame_size(), 100 * 1024 * 1024);
-        let big = ((100 * 1024 * 1024 + 1) as i32).to_be_bytes();
+        let big = (100 * 1024 * 1024 + 1i32).to_be_bytes();
         assert!(matches!(d.decode(&big), Err(Error::FrameTooLarge { .. })));
-        assert!(matches!(d.decode(&(-1i32).to_be_bytes()), Err(Error::InvalidFrameSize { size: -1 })));
-        assert!(matches!(d.decode(&[0, 0, 0, 3]), Err(Error::InvalidFrameSize { size: 3 })));
+        assert!(matches!(
+            d.decode(&(-1i32).to_be_bytes()),
+            Err(Error::InvalidFrameSize { size: -1 })
+        ));
+        assert!(matches!(
+            d.decode(&[0, 0, 0, 3]),
+            Err(Error::InvalidFrameSize { size: 3 })
+        ));
     }
 
     #[test]
@@ -278,8 +289,81 @@ mod tests {
     fn response_header_truncated_is_typed() {
         let err = ResponseFrame::parse(Bytes::from_static(&[0, 1]), ApiKey::Metadata, 1).unwrap_err();
         assert!(matches!(err, Error::Truncated { .. }));
-        let err = ResponseFrame::parse(Bytes::from_static(&[0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f]), ApiKey::Metadata, 12)
-            .unwrap_err();
+        let err = ResponseFrame::parse(
+            Bytes::from_static(&[0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f]),
+            ApiKey::Metadata,
+            12,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::LengthOutOfBounds { .. }), "{err}");
+    }
+
+    #[test]
+    fn encoded_request_is_what_kafka_protocol_parses() {
+        use kafka_protocol::messages::{MetadataRequest, RequestHeader};
+        use kafka_protocol::protocol::{Decodable, StrBytes};
+        for version in [4i16, 8, 9, 12] {
+            let mut req = MetadataRequest::default();
+            let mut t = kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+            t.name = Some(StrBytes::from_static_str("orders").into());
+            req.topics = Some(vec![t]);
+            let mut out = BytesMut::new();
+            encode_request(&mut out, 77, Some("clink"), version, &req).unwrap();
+            // Same bytes on every call: a retry re-sends exactly what was sent.
+            let mut again = BytesMut::new();
+            encode_request(&mut again, 77, Some("clink"), version, &req).unwrap();
+            assert_eq!(out, again);
+            let (frame, used) = FrameDecoder::default().decode(&out).unwrap().unwrap();
+            assert_eq!(used, out.len());
+            let mut buf = Bytes::copy_from_slice(frame);
+            let header = RequestHeader::decode(&mut buf, request_header_version(ApiKey::Metadata, version)).unwrap();
+            assert_eq!(header.request_api_key, ApiKey::Metadata as i16);
+            assert_eq!(header.request_api_version, version);
+            assert_eq!(header.correlation_id, 77);
+            assert_eq!(header.client_id.as_deref(), Some("clink"));
+            let decoded = MetadataRequest::decode(&mut buf, version).unwrap();
+            assert_eq!(decoded, req);
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn unsupported_version_refused_before_encoding() {
+        let mut out = BytesMut::new();
+        let err = encode_request(&mut out, 1, None, 3, &kafka_protocol::messages::FetchRequest::default()).unwrap_err();
+        assert!(matches!(err, Error::UnsupportedVersion { api: "Fetch", version: 3, .. }), "{err}");
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn decode_response_checks_correlation_id() {
+        use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+        use kafka_protocol::protocol::Encodable;
+        let mut resp = FindCoordinatorResponse::default();
+        resp.throttle_time_ms = 5;
+        for version in [0i16, 3, 4] {
+            let mut frame = BytesMut::new();
+            frame.put_i32(41);
+            if response_header_version(ApiKey::FindCoordinator, version) >= 1 {
+                frame.put_u8(0);
+            }
+            let mut body = resp.clone();
+            if version == 0 {
+                body.throttle_time_ms = 0;
+            }
+            body.encode(&mut frame, version).unwrap();
+            let frame = frame.freeze();
+            let got = decode_response::<FindCoordinatorRequest>(frame.clone(), version, 41).unwrap();
+            assert_eq!(got, body);
+            let err = decode_response::<FindCoordinatorRequest>(frame.clone(), version, 42).unwrap_err();
+            assert!(matches!(err, Error::CorrelationMismatch { expected: 42, actual: 41 }));
+            // Trailing garbage after the body is an error, not ignored.
+            let mut long = BytesMut::from(&frame[..]);
+            long.put_u8(0);
+            assert!(matches!(
+                decode_response::<FindCoordinatorRequest>(long.freeze(), version, 41),
+                Err(Error::TrailingBytes { .. })
+            ));
+        }
     }
 }

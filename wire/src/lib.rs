@@ -25,7 +25,7 @@ pub mod record;
 pub mod sasl;
 pub mod secret;
 
-#[cfg(fuzzing)]
+#[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 
 pub use error::{Error, Result};

@@ -176,7 +176,11 @@ mod tests {
 
     #[test]
     fn picks_highest_common() {
-        let b = broker(&[(ApiKey::Metadata, 0, 20), (ApiKey::Fetch, 4, 10), (ApiKey::Produce, 3, 99)]);
+        let b = broker(&[
+            (ApiKey::Metadata, 0, 20),
+            (ApiKey::Fetch, 4, 10),
+            (ApiKey::Produce, 3, 99),
+        ]);
         assert_eq!(b.version_for::<m::MetadataRequest>().unwrap(), 13);
         assert_eq!(b.version_for::<m::FetchRequest>().unwrap(), 10);
         assert_eq!(b.version_for::<m::ProduceRequest>().unwrap(), 13);
@@ -206,7 +210,10 @@ mod tests {
     fn our_ranges_are_valid_kafka_protocol_ranges() {
         for (key, name, ours) in SPOKEN_APIS {
             let valid = key.valid_versions();
-            assert!(ours.min >= valid.min && ours.max <= valid.max, "{name}: ours {ours} vs kafka-protocol {valid}");
+            assert!(
+                ours.min >= valid.min && ours.max <= valid.max,
+                "{name}: ours {ours} vs kafka-protocol {valid}"
+            );
         }
     }
 }

@@ -67,7 +67,10 @@ fn golden_idempotent_fields() {
     check("idempotent");
     let (bin, _) = read("idempotent");
     let b = RecordBatch::decode_exact(&bin, &DecodeOptions::default()).unwrap();
-    assert_eq!((b.header.producer_id, b.header.producer_epoch, b.header.base_sequence), (4242, 7, 100));
+    assert_eq!(
+        (b.header.producer_id, b.header.producer_epoch, b.header.base_sequence),
+        (4242, 7, 100)
+    );
     assert!(!b.header.is_transactional());
 }
 #[test]
@@ -81,7 +84,10 @@ fn golden_transactional() {
 }
 #[test]
 fn golden_control_markers() {
-    for (name, kind) in [("control_commit", ControlKind::Commit), ("control_abort", ControlKind::Abort)] {
+    for (name, kind) in [
+        ("control_commit", ControlKind::Commit),
+        ("control_abort", ControlKind::Abort),
+    ] {
         check(name);
         let (bin, _) = read(name);
         let b = RecordBatch::decode_exact(&bin, &DecodeOptions::default()).unwrap();
@@ -108,7 +114,12 @@ fn encoder_reproduces_uncompressed_golden_bytes() {
         let recs = batch.decode_records().unwrap();
         let header_keys: Vec<Vec<String>> = recs
             .iter()
-            .map(|r| r.headers.iter().map(|h| String::from_utf8(h.key.to_vec()).unwrap()).collect())
+            .map(|r| {
+                r.headers
+                    .iter()
+                    .map(|h| String::from_utf8(h.key.to_vec()).unwrap())
+                    .collect()
+            })
             .collect();
         let headers: Vec<Vec<HeaderOut<'_>>> = recs
             .iter()
@@ -117,14 +128,22 @@ fn encoder_reproduces_uncompressed_golden_bytes() {
                 r.headers
                     .iter()
                     .zip(keys)
-                    .map(|(h, k)| HeaderOut { key: k, value: h.value.as_deref() })
+                    .map(|(h, k)| HeaderOut {
+                        key: k,
+                        value: h.value.as_deref(),
+                    })
                     .collect()
             })
             .collect();
         let outs: Vec<RecordOut<'_>> = recs
             .iter()
             .zip(&headers)
-            .map(|(r, h)| RecordOut { timestamp: r.timestamp, key: r.key.as_deref(), value: r.value.as_deref(), headers: h })
+            .map(|(r, h)| RecordOut {
+                timestamp: r.timestamp,
+                key: r.key.as_deref(),
+                value: r.value.as_deref(),
+                headers: h,
+            })
             .collect();
         let h = batch.header;
         let meta = BatchMeta {

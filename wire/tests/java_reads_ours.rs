@@ -33,7 +33,16 @@ fn java_client_reads_what_we_write() {
             _ => value(i, 100),
         })
         .collect();
-    let hdrs = [HeaderOut { key: "trace", value: Some(b"abc") }, HeaderOut { key: "nil", value: None }];
+    let hdrs = [
+        HeaderOut {
+            key: "trace",
+            value: Some(b"abc"),
+        },
+        HeaderOut {
+            key: "nil",
+            value: None,
+        },
+    ];
     let records: Vec<RecordOut<'_>> = (0..60)
         .map(|i| RecordOut {
             timestamp: 1_700_000_000_000 + (i as i64) * 17 - if i == 5 { 5_000 } else { 0 },
@@ -45,7 +54,13 @@ fn java_client_reads_what_we_write() {
 
     let mut enc = RecordBatchEncoder::new();
     let mut cases = Vec::new();
-    for codec in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+    for codec in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
         let meta = BatchMeta {
             compression: codec,
             producer_id: 77,
@@ -59,8 +74,19 @@ fn java_client_reads_what_we_write() {
         cases.push((codec.name().to_string(), out.freeze()));
     }
     let mut out = BytesMut::new();
-    enc.encode_end_txn_marker(&mut out, &BatchMeta { base_offset: 60, producer_id: 77, producer_epoch: 1, ..BatchMeta::default() }, ControlKind::Commit, 3, 1_700_000_001_000)
-        .unwrap();
+    enc.encode_end_txn_marker(
+        &mut out,
+        &BatchMeta {
+            base_offset: 60,
+            producer_id: 77,
+            producer_epoch: 1,
+            ..BatchMeta::default()
+        },
+        ControlKind::Commit,
+        3,
+        1_700_000_001_000,
+    )
+    .unwrap();
     cases.push(("control_commit".into(), out.freeze()));
 
     for (name, bytes) in &cases {
@@ -79,8 +105,14 @@ fn java_client_reads_what_we_write() {
         .expect("run tools/golden-batches/verify.sh (needs java and mvn)");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "Java client refused our batches:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "Java client refused our batches:\n{stdout}\n{stderr}"
+    );
     for (name, _) in &cases {
-        assert!(stdout.contains(&format!("ok {name}")), "no verdict for {name}:\n{stdout}");
+        assert!(
+            stdout.contains(&format!("ok {name}")),
+            "no verdict for {name}:\n{stdout}"
+        );
     }
 }

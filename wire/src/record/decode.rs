@@ -101,7 +101,12 @@ impl RecordBatch {
             return Ok(None);
         }
         let batch = &b[..total];
-        let crc = u32::from_be_bytes([batch[CRC_OFFSET], batch[CRC_OFFSET + 1], batch[CRC_OFFSET + 2], batch[CRC_OFFSET + 3]]);
+        let crc = u32::from_be_bytes([
+            batch[CRC_OFFSET],
+            batch[CRC_OFFSET + 1],
+            batch[CRC_OFFSET + 2],
+            batch[CRC_OFFSET + 3],
+        ]);
         if opts.verify_crc {
             let computed = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
             if computed != crc {
@@ -254,7 +259,9 @@ impl RecordBatch {
         let kind = ControlKind::from_type(be_i16(key, 2));
         let coordinator_epoch = match kind {
             ControlKind::Abort | ControlKind::Commit => {
-                let v = r.value.ok_or_else(|| invalid("end-transaction marker with null value"))?;
+                let v = r
+                    .value
+                    .ok_or_else(|| invalid("end-transaction marker with null value"))?;
                 if v.len() < 6 {
                     return Err(invalid("end-transaction marker value shorter than 6 bytes"));
                 }

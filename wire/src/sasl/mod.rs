@@ -56,10 +56,7 @@ impl SaslMechanism {
 
     /// Whether this is one of the SCRAM mechanisms handled by [`ScramClient`].
     pub fn is_scram(self) -> bool {
-        matches!(
-            self,
-            SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512
-        )
+        matches!(self, SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512)
     }
 }
 
@@ -213,14 +210,7 @@ mod tests {
 
     #[test]
     fn unknown_mechanism_lists_allowed_values() {
-        for bad in [
-            "GSSAPI",
-            "OAUTHBEARER",
-            "SCRAM-SHA-1",
-            "",
-            " PLAIN",
-            "SCRAM_SHA_256",
-        ] {
+        for bad in ["GSSAPI", "OAUTHBEARER", "SCRAM-SHA-1", "", " PLAIN", "SCRAM_SHA_256"] {
             let err = bad.parse::<SaslMechanism>().unwrap_err();
             assert_eq!(err, SaslError::UnknownMechanism(bad.to_owned()));
             let text = err.to_string();

@@ -11,11 +11,7 @@ use crate::secret::Secret;
 /// equal to `username`). Fails with [`SaslError::InvalidInput`] if any field
 /// contains a NUL byte, or if `username` or `password` is empty (RFC 4616
 /// requires both to be non-empty).
-pub fn plain_initial_response(
-    authzid: &str,
-    username: &str,
-    password: &Secret,
-) -> Result<Vec<u8>, SaslError> {
+pub fn plain_initial_response(authzid: &str, username: &str, password: &Secret) -> Result<Vec<u8>, SaslError> {
     let password = password.expose();
     if authzid.contains('\0') {
         return Err(invalid("PLAIN authorization id contains a NUL byte"));

@@ -133,9 +133,7 @@ impl ScramClient {
             return Err(invalid("SCRAM client nonce is empty"));
         }
         if !is_printable(&client_nonce) {
-            return Err(invalid(
-                "SCRAM client nonce must be printable ASCII without ','",
-            ));
+            return Err(invalid("SCRAM client nonce must be printable ASCII without ','"));
         }
         Ok(ScramClient {
             mechanism,
@@ -182,8 +180,7 @@ impl ScramClient {
     pub fn client_first(&mut self) -> Result<Vec<u8>, SaslError> {
         match self.take_state() {
             State::Initial { password } => {
-                let mut bare =
-                    String::with_capacity(self.username.len() + self.client_nonce.len() + 32);
+                let mut bare = String::with_capacity(self.username.len() + self.client_nonce.len() + 32);
                 bare.push_str("n=");
                 push_saslname(&mut bare, &self.username);
                 bare.push_str(",r=");
@@ -211,8 +208,7 @@ impl ScramClient {
                 client_first_bare,
             } => {
                 let text = message_text(msg)?;
-                let server_first =
-                    parse_server_first(text, &self.client_nonce, self.max_iterations)?;
+                let server_first = parse_server_first(text, &self.client_nonce, self.max_iterations)?;
                 let without_proof = format!("c={CHANNEL_BINDING},r={}", server_first.nonce);
                 let auth_message = format!("{client_first_bare},{text},{without_proof}");
                 let password = password.expose().as_bytes();
@@ -368,9 +364,7 @@ fn parse_server_first<'a>(
     let iterations = parts
         .next()
         .and_then(|p| p.strip_prefix("i="))
-        .ok_or(malformed(
-            "server-first lacks the i= (iteration count) attribute",
-        ))?;
+        .ok_or(malformed("server-first lacks the i= (iteration count) attribute"))?;
     for extension in parts {
         match extension.split_once('=') {
             Some((key, _)) if !key.is_empty() => {}
@@ -384,9 +378,7 @@ fn parse_server_first<'a>(
     if !is_printable(nonce) {
         return Err(malformed("server nonce has non-printable characters"));
     }
-    let salt = BASE64
-        .decode(salt)
-        .map_err(|_| malformed("salt is not valid base64"))?;
+    let salt = BASE64.decode(salt).map_err(|_| malformed("salt is not valid base64"))?;
     if salt.is_empty() {
         return Err(malformed("salt is empty"));
     }
@@ -471,29 +463,15 @@ scram_hash!(Sha512);
 /// ServerKey       := HMAC(SaltedPassword, "Server Key")
 /// ServerSignature := HMAC(ServerKey, AuthMessage)
 /// ```
-fn derive_keys<D: ScramHash>(
-    password: &[u8],
-    salt: &[u8],
-    iterations: u32,
-    auth_message: &[u8],
-) -> Option<Keys> {
+fn derive_keys<D: ScramHash>(password: &[u8], salt: &[u8], iterations: u32, auth_message: &[u8]) -> Option<Keys> {
     let mut salted = D::hi(password, salt, iterations)?;
     let mut client_key = D::hmac(&salted, b"Client Key")?;
     let mut stored_key = D::h(&client_key);
     let client_signature = D::hmac(&stored_key, auth_message)?;
-    let client_proof = client_key
-        .iter()
-        .zip(&client_signature)
-        .map(|(k, s)| k ^ s)
-        .collect();
+    let client_proof = client_key.iter().zip(&client_signature).map(|(k, s)| k ^ s).collect();
     let mut server_key = D::hmac(&salted, b"Server Key")?;
     let server_signature = D::hmac(&server_key, auth_message)?;
-    for buf in [
-        &mut salted,
-        &mut client_key,
-        &mut stored_key,
-        &mut server_key,
-    ] {
+    for buf in [&mut salted, &mut client_key, &mut stored_key, &mut server_key] {
         wipe(buf);
     }
     Some(Keys {
@@ -518,7 +496,8 @@ mod tests {
     const RFC_CLIENT_FIRST: &str = "n,,n=user,r=rOprNGfwEbeRWgbNEkqO";
     const RFC_SERVER_FIRST: &str =
         "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-    const RFC_CLIENT_FINAL: &str = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
+    const RFC_CLIENT_FINAL: &str =
+        "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
     const RFC_SERVER_FINAL: &str = "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=";
     const RFC_SERVER_NONCE: &str = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
     const RFC_SALT: &str = "W22ZaJ0SNY7soEsUEjb6gQ==";
@@ -528,27 +507,20 @@ mod tests {
     // `python3 wire/testdata/sasl/scram_sha512_vector.py` and paste its output.
     // SCRAM-SHA-512: user "k=afka,us=er", password "p\u{e4}ss,w=rd"
     const SHA512_CLIENT_FIRST: &str = "n,,n=k=3Dafka=2Cus=3Der,r=Zm9vYmFyYmF6cXV4MTIzNDU2";
-    const SHA512_SERVER_FIRST: &str =
-        "r=Zm9vYmFyYmF6cXV4MTIzNDU2SeRvEr+n0nce/42,s=AQIDBAUGBwgJCgsMDQ4PEA==,i=4096";
+    const SHA512_SERVER_FIRST: &str = "r=Zm9vYmFyYmF6cXV4MTIzNDU2SeRvEr+n0nce/42,s=AQIDBAUGBwgJCgsMDQ4PEA==,i=4096";
     const SHA512_CLIENT_FINAL: &str = "c=biws,r=Zm9vYmFyYmF6cXV4MTIzNDU2SeRvEr+n0nce/42,p=fyUp4DOLvCRur/M6a34y6fZAPATh5EmrwkjM8l2JyNm88RqDFDrNeXL43cUrU/aLubaALzaJCU70ysoZq0ZFSg==";
-    const SHA512_SERVER_FINAL: &str = "v=ok9E3bq/tCLD5tpwVokN80V1SdWiB4tMxNSgeiFloIfsxgjIwAiCg9GT+D7RsTib+zz+YJqpsybDoQcDmaNK0g==";
+    const SHA512_SERVER_FINAL: &str =
+        "v=ok9E3bq/tCLD5tpwVokN80V1SdWiB4tMxNSgeiFloIfsxgjIwAiCg9GT+D7RsTib+zz+YJqpsybDoQcDmaNK0g==";
     // SCRAM-SHA-256 with tokenauth=true: user "tokenid", password "tokenhmac"
     const TOKEN_CLIENT_FIRST: &str = "n,,n=tokenid,r=dG9rZW5ub25jZQ,tokenauth=true";
     const TOKEN_SERVER_FIRST: &str = "r=dG9rZW5ub25jZQsrv-part,s=a2Fma2Etc2FsdA==,i=8192";
-    const TOKEN_CLIENT_FINAL: &str =
-        "c=biws,r=dG9rZW5ub25jZQsrv-part,p=BVyclutpBhgspxQ4CcY7mT08y3QiHUINFcrOl3QPlqk=";
+    const TOKEN_CLIENT_FINAL: &str = "c=biws,r=dG9rZW5ub25jZQsrv-part,p=BVyclutpBhgspxQ4CcY7mT08y3QiHUINFcrOl3QPlqk=";
     const TOKEN_SERVER_FINAL: &str = "v=I1LdTqnbxiIDLBUw8vecDXUpbQ507xU7eqyLuIY+LjM=";
 
     const PASSWORD: &str = "pencil";
 
     fn rfc_client() -> ScramClient {
-        ScramClient::new(
-            SaslMechanism::ScramSha256,
-            "user",
-            &Secret::new(PASSWORD),
-            RFC_NONCE,
-        )
-        .unwrap()
+        ScramClient::new(SaslMechanism::ScramSha256, "user", &Secret::new(PASSWORD), RFC_NONCE).unwrap()
     }
 
     /// A client that has sent client-first.
@@ -591,13 +563,7 @@ mod tests {
         assert!(matches!(err, SaslError::Malformed { .. }), "{err:?}");
     }
 
-    fn run(
-        client: &mut ScramClient,
-        client_first: &str,
-        server_first: &str,
-        client_final: &str,
-        server_final: &str,
-    ) {
+    fn run(client: &mut ScramClient, client_first: &str, server_first: &str, client_final: &str, server_final: &str) {
         assert_eq!(client.client_first().unwrap(), client_first.as_bytes());
         assert!(!client.is_complete());
         let out = client.handle_server_first(server_first.as_bytes()).unwrap();
@@ -660,13 +626,7 @@ mod tests {
     #[test]
     fn mechanisms_are_not_interchangeable() {
         // The SHA-256 exchange run with SHA-512 must not produce the RFC proof.
-        let mut c = ScramClient::new(
-            SaslMechanism::ScramSha512,
-            "user",
-            &Secret::new(PASSWORD),
-            RFC_NONCE,
-        )
-        .unwrap();
+        let mut c = ScramClient::new(SaslMechanism::ScramSha512, "user", &Secret::new(PASSWORD), RFC_NONCE).unwrap();
         c.client_first().unwrap();
         let out = c.handle_server_first(RFC_SERVER_FIRST.as_bytes()).unwrap();
         assert_ne!(out, RFC_CLIENT_FINAL.as_bytes());
@@ -678,21 +638,9 @@ mod tests {
 
     #[test]
     fn username_escaping() {
-        let mut c = ScramClient::new(
-            SaslMechanism::ScramSha256,
-            "a=b,c",
-            &Secret::new("x"),
-            "nonce",
-        )
-        .unwrap();
+        let mut c = ScramClient::new(SaslMechanism::ScramSha256, "a=b,c", &Secret::new("x"), "nonce").unwrap();
         assert_eq!(c.client_first().unwrap(), b"n,,n=a=3Db=2Cc,r=nonce");
-        let mut c = ScramClient::new(
-            SaslMechanism::ScramSha256,
-            "==,,",
-            &Secret::new("x"),
-            "nonce",
-        )
-        .unwrap();
+        let mut c = ScramClient::new(SaslMechanism::ScramSha256, "==,,", &Secret::new("x"), "nonce").unwrap();
         assert_eq!(c.client_first().unwrap(), b"n,,n==3D=3D=2C=2C,r=nonce");
     }
 
@@ -700,9 +648,7 @@ mod tests {
     fn nonce_helper() {
         assert_eq!(nonce_from_random_bytes(&[0xFB, 0xEF, 0xFF, 0]), "++//AA==");
         let nonce = nonce_from_random_bytes(&[7u8; 24]);
-        assert!(
-            ScramClient::new(SaslMechanism::ScramSha512, "u", &Secret::new("p"), nonce).is_ok()
-        );
+        assert!(ScramClient::new(SaslMechanism::ScramSha512, "u", &Secret::new("p"), nonce).is_ok());
         assert!(ScramClient::new(
             SaslMechanism::ScramSha512,
             "u",
@@ -744,11 +690,7 @@ mod tests {
             "",
         ] {
             let msg = server_first_with(nonce, RFC_SALT, "4096");
-            assert_eq!(
-                first_err(msg.as_bytes()),
-                SaslError::NonceMismatch,
-                "{nonce}"
-            );
+            assert_eq!(first_err(msg.as_bytes()), SaslError::NonceMismatch, "{nonce}");
         }
         let msg = server_first_with(&format!("{RFC_NONCE}ab\u{e9}"), RFC_SALT, "4096");
         assert_malformed(first_err(msg.as_bytes()));
@@ -756,8 +698,7 @@ mod tests {
 
     #[test]
     fn iteration_count_bounds() {
-        let check =
-            |i: &str| first_err(server_first_with(RFC_SERVER_NONCE, RFC_SALT, i).as_bytes());
+        let check = |i: &str| first_err(server_first_with(RFC_SERVER_NONCE, RFC_SALT, i).as_bytes());
         assert_eq!(
             check("4095"),
             SaslError::IterationCountTooLow {
@@ -854,9 +795,7 @@ mod tests {
                 String::from_utf8_lossy(case)
             );
         }
-        assert_malformed(first_err(
-            b"r=rOprNGfwEbeRWgbNEkqO%hvY,s=W22ZaJ0SNY7soEsUEjb6gQ==",
-        ));
+        assert_malformed(first_err(b"r=rOprNGfwEbeRWgbNEkqO%hvY,s=W22ZaJ0SNY7soEsUEjb6gQ=="));
     }
 
     #[test]
@@ -923,10 +862,7 @@ mod tests {
             let mut c = awaiting_final();
             let err = c.handle_server_final(msg).unwrap_err();
             assert!(
-                matches!(
-                    err,
-                    SaslError::ServerSignatureMismatch | SaslError::Malformed { .. }
-                ),
+                matches!(err, SaslError::ServerSignatureMismatch | SaslError::Malformed { .. }),
                 "{err:?}"
             );
             assert!(!c.is_complete());
@@ -1028,10 +964,7 @@ mod tests {
         let mut c = rfc_client();
         c.client_first().unwrap();
         let bad = server_first_with("someone-elses-nonce", RFC_SALT, "4096");
-        assert_eq!(
-            c.handle_server_first(bad.as_bytes()),
-            Err(SaslError::NonceMismatch)
-        );
+        assert_eq!(c.handle_server_first(bad.as_bytes()), Err(SaslError::NonceMismatch));
         // Even the correct message is refused now.
         assert_eq!(
             c.handle_server_first(RFC_SERVER_FIRST.as_bytes()),
@@ -1048,19 +981,11 @@ mod tests {
     #[test]
     fn debug_never_shows_password() {
         let secret = "correct-horse-battery-staple";
-        let mut c = ScramClient::new(
-            SaslMechanism::ScramSha256,
-            "alice",
-            &Secret::new(secret),
-            "n0nce",
-        )
-        .unwrap();
+        let mut c = ScramClient::new(SaslMechanism::ScramSha256, "alice", &Secret::new(secret), "n0nce").unwrap();
         let mut outputs = vec![format!("{c:?}"), format!("{c:#?}")];
         c.client_first().unwrap();
         outputs.push(format!("{c:?}"));
-        let err = c
-            .handle_server_first(b"r=n0nceX,s=c2FsdA==,i=1")
-            .unwrap_err();
+        let err = c.handle_server_first(b"r=n0nceX,s=c2FsdA==,i=1").unwrap_err();
         outputs.push(format!("{c:?} {err:?} {err}"));
         for out in &outputs {
             assert!(!out.contains(secret), "{out}");
