@@ -331,7 +331,17 @@ mod tests {
     fn unsupported_version_refused_before_encoding() {
         let mut out = BytesMut::new();
         let err = encode_request(&mut out, 1, None, 3, &kafka_protocol::messages::FetchRequest::default()).unwrap_err();
-        assert!(matches!(err, Error::UnsupportedVersion { api: "Fetch", version: 3, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::UnsupportedVersion {
+                    api: "Fetch",
+                    version: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(out.is_empty());
     }
 
@@ -356,7 +366,13 @@ mod tests {
             let got = decode_response::<FindCoordinatorRequest>(frame.clone(), version, 41).unwrap();
             assert_eq!(got, body);
             let err = decode_response::<FindCoordinatorRequest>(frame.clone(), version, 42).unwrap_err();
-            assert!(matches!(err, Error::CorrelationMismatch { expected: 42, actual: 41 }));
+            assert!(matches!(
+                err,
+                Error::CorrelationMismatch {
+                    expected: 42,
+                    actual: 41
+                }
+            ));
             // Trailing garbage after the body is an error, not ignored.
             let mut long = BytesMut::from(&frame[..]);
             long.put_u8(0);

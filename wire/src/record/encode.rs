@@ -6,7 +6,7 @@ use super::{
     ControlKind, ATTRIBUTES_OFFSET, BATCH_HEADER_LEN, CONTROL_BIT, CRC_OFFSET, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
 };
-use crate::codec::{put_varint, put_varlong, varint_len, varlong_len};
+use crate::codec::{put_varint, varint_len, varlong_len};
 use crate::compression::{self, Compression};
 use crate::error::{Error, Result};
 use crate::record::TimestampType;
@@ -113,6 +113,46 @@ fn put_field(out: &mut impl BufMut, f: Option<&[u8]>) {
     }
 }
 
+/// A record's fixed prefix (length, attributes, deltas, key length) is
+/// assembled on the stack and written with one `put_slice`: far fewer
+/// capacity checks than a `put_u8` per varint byte.
+struct Prefix {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl Prefix {
+    #[inline]
+    fn new() -> Self {
+        Prefix { buf: [0; 32], len: 0 }
+    }
+    #[inline]
+    fn u8(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+    #[inline]
+    fn uvarint64(&mut self, mut u: u64) {
+        while u >= 0x80 {
+            self.u8((u as u8) | 0x80);
+            u >>= 7;
+        }
+        self.u8(u as u8);
+    }
+    #[inline]
+    fn varint(&mut self, v: i32) {
+        self.uvarint64(u64::from(((v << 1) ^ (v >> 31)) as u32));
+    }
+    #[inline]
+    fn varlong(&mut self, v: i64) {
+        self.uvarint64(((v << 1) ^ (v >> 63)) as u64);
+    }
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
 /// Appends the records of a batch (no batch header) to `out`.
 fn put_records(out: &mut impl BufMut, base_timestamp: i64, records: &[RecordOut<'_>]) -> Result<()> {
     for (i, r) in records.iter().enumerate() {
@@ -124,12 +164,29 @@ fn put_records(out: &mut impl BufMut, base_timestamp: i64, records: &[RecordOut<
         for h in r.headers {
             body += field_len(Some(h.key.as_bytes()))? + field_len(h.value)?;
         }
-        put_varint(out, len_i32(body)?);
-        out.put_u8(0); // record attributes: unused in v2
-        put_varlong(out, ts_delta);
-        put_varint(out, offset_delta);
-        put_field(out, r.key);
-        put_field(out, r.value);
+        // 5 + 1 + 10 + 5 + 5 = 26 bytes at most: fits the 32-byte prefix.
+        let mut p = Prefix::new();
+        p.varint(len_i32(body)?);
+        p.u8(0); // record attributes: unused in v2
+        p.varlong(ts_delta);
+        p.varint(offset_delta);
+        match r.key {
+            None => p.varint(-1),
+            Some(k) => p.varint(k.len() as i32),
+        }
+        out.put_slice(p.as_slice());
+        if let Some(k) = r.key {
+            out.put_slice(k);
+        }
+        let mut p = Prefix::new();
+        match r.value {
+            None => p.varint(-1),
+            Some(v) => p.varint(v.len() as i32),
+        }
+        out.put_slice(p.as_slice());
+        if let Some(v) = r.value {
+            out.put_slice(v);
+        }
         put_varint(out, r.headers.len() as i32);
         for h in r.headers {
             put_field(out, Some(h.key.as_bytes()));
@@ -137,6 +194,21 @@ fn put_records(out: &mut impl BufMut, base_timestamp: i64, records: &[RecordOut<
         }
     }
     Ok(())
+}
+
+/// A close upper bound on the bytes `records` encode to, to reserve once.
+fn estimate(records: &[RecordOut<'_>]) -> usize {
+    records
+        .iter()
+        .map(|r| {
+            32 + r.key.map_or(0, <[u8]>::len)
+                + r.value.map_or(0, <[u8]>::len)
+                + r.headers
+                    .iter()
+                    .map(|h| 10 + h.key.len() + h.value.map_or(0, <[u8]>::len))
+                    .sum::<usize>()
+        })
+        .sum()
 }
 
 impl RecordBatchEncoder {
@@ -160,7 +232,14 @@ impl RecordBatchEncoder {
         let base_timestamp = first.timestamp;
         let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(base_timestamp);
         let start = out.len();
-        out.reserve(BATCH_HEADER_LEN);
+        out.reserve(
+            BATCH_HEADER_LEN
+                + if meta.compression == Compression::None {
+                    estimate(records)
+                } else {
+                    0
+                },
+        );
         out.put_i64(meta.base_offset);
         out.put_i32(0); // batch length, patched
         out.put_i32(meta.partition_leader_epoch);
@@ -178,6 +257,7 @@ impl RecordBatchEncoder {
             Compression::None => put_records(out, base_timestamp, records)?,
             codec => {
                 self.scratch.clear();
+                self.scratch.reserve(estimate(records));
                 put_records(&mut self.scratch, base_timestamp, records)?;
                 self.compressed.clear();
                 compression::compress(codec, &self.scratch, &mut self.compressed)?;
