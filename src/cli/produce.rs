@@ -1,0 +1,123 @@
+//! `clink-kafka produce`: generated records (`--count`, `--value-size`) or
+//! one record per line of stdin.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Args;
+use clink_kafka::client::{Acks, Cluster, Producer, ProducerConfig, ProducerRecord};
+use clink_kafka::wire::compression::Compression;
+use tokio::io::AsyncBufReadExt;
+
+use super::{parse_header, thousands, ConnectArgs};
+
+/// Options of `produce`.
+#[derive(Args, Debug)]
+pub struct ProduceArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Topic to write to (must exist).
+    #[arg(long)]
+    pub topic: String,
+    /// Write to this partition (default: by key, or sticky when unkeyed).
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// Key for every record.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// A header key=value for every record (repeatable).
+    #[arg(long = "header", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// none, gzip, snappy, lz4 or zstd.
+    #[arg(long, default_value = "none")]
+    pub compression: String,
+    /// 0, 1 or all. Anything but all turns idempotence off.
+    #[arg(long, default_value = "all")]
+    pub acks: String,
+    /// Generate this many records instead of reading stdin.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Size of each generated value in bytes (with --count).
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// linger.ms.
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    /// batch.size in bytes.
+    #[arg(long, default_value_t = 256 * 1024)]
+    pub batch_size: usize,
+}
+
+/// Runs `produce`.
+pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
+    let config = args.connect.client_config()?;
+    let compression: Compression = args.compression.parse().context("--compression")?;
+    let acks: Acks = args.acks.parse().context("--acks")?;
+    let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
+    let producer_config = ProducerConfig {
+        acks,
+        idempotent: acks == Acks::All,
+        compression,
+        linger: Duration::from_millis(args.linger_ms),
+        batch_size: args.batch_size,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(cluster, producer_config).await.context("starting the producer")?;
+    let headers: Vec<(String, Option<Bytes>)> = args
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Some(Bytes::from(v.clone()))))
+        .collect();
+    let make = |value: Bytes| {
+        let mut r = ProducerRecord::new(args.topic.clone(), value);
+        r.partition = args.partition;
+        r.key = args.key.clone().map(Bytes::from);
+        r.headers = headers.clone();
+        r
+    };
+    let started = Instant::now();
+    let mut pending = std::collections::VecDeque::new();
+    let mut sent: u64 = 0;
+    let mut failed: u64 = 0;
+    let mut first_error = None;
+    let mut handle = |result: clink_kafka::Result<clink_kafka::client::DeliveryReport>| match result {
+        Ok(_) => {}
+        Err(e) => {
+            failed += 1;
+            first_error.get_or_insert(e);
+        }
+    };
+    if let Some(count) = args.count {
+        let value = Bytes::from(vec![b'x'; args.value_size]);
+        for _ in 0..count {
+            pending.push_back(producer.send(make(value.clone())).await?);
+            sent += 1;
+            while pending.len() > 50_000 {
+                handle(pending.pop_front().expect("non-empty").await);
+            }
+        }
+    } else {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Some(line) = lines.next_line().await.context("reading stdin")? {
+            pending.push_back(producer.send(make(Bytes::from(line))).await?);
+            sent += 1;
+        }
+    }
+    producer.flush(Duration::from_secs(120)).await.context("flushing")?;
+    for f in pending {
+        handle(f.await);
+    }
+    let elapsed = started.elapsed();
+    eprintln!(
+        "produced {} records to {} in {:.2} s ({} failed)",
+        thousands(sent - failed),
+        args.topic,
+        elapsed.as_secs_f64(),
+        failed
+    );
+    match first_error {
+        Some(e) => Err(anyhow::Error::new(e).context(format!("{failed} records failed"))),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,156 @@
+//! Topic administration: CreateTopics and DeleteTopics, each waiting until
+//! the cluster's metadata agrees (a created topic has every partition led; a
+//! deleted one is gone), since the broker answers before the change has
+//! spread. See KIP-4 and
+//! <https://kafka.apache.org/protocol#The_Messages_CreateTopics>.
+
+use std::time::Duration;
+
+use clink_kafka_wire::kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use clink_kafka_wire::kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use clink_kafka_wire::kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, TopicName};
+use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+
+use super::cluster::Cluster;
+use crate::error::{Error, Result};
+
+/// A topic to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    /// Topic configs, e.g. `("max.message.bytes", "2097152")`.
+    pub configs: Vec<(String, String)>,
+}
+
+impl NewTopic {
+    /// A topic with no config overrides.
+    pub fn new(name: impl Into<String>, partitions: i32, replication_factor: i16) -> Self {
+        NewTopic {
+            name: name.into(),
+            partitions,
+            replication_factor,
+            configs: Vec::new(),
+        }
+    }
+
+    /// Adds a topic config override.
+    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.configs.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// Topic administration over a [`Cluster`].
+#[derive(Clone, Debug)]
+pub struct Admin {
+    cluster: Cluster,
+    /// Bound on the broker's own wait and on our wait for metadata.
+    timeout: Duration,
+}
+
+impl Admin {
+    /// Admin operations on `cluster`, each bounded by 30 s.
+    pub fn new(cluster: Cluster) -> Self {
+        Admin {
+            cluster,
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The same with another per-operation bound.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Creates `topics` and waits until metadata shows each with all its
+    /// partitions led. A topic that already exists is an error
+    /// (`TOPIC_ALREADY_EXISTS`).
+    pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
+        let mut request = CreateTopicsRequest::default();
+        request.timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        request.topics = topics
+            .iter()
+            .map(|t| {
+                let mut c = CreatableTopic::default();
+                c.name = TopicName(StrBytes::from_string(t.name.clone()));
+                c.num_partitions = t.partitions;
+                c.replication_factor = t.replication_factor;
+                c.configs = t
+                    .configs
+                    .iter()
+                    .map(|(k, v)| {
+                        let mut cfg = CreatableTopicConfig::default();
+                        cfg.name = StrBytes::from_string(k.clone());
+                        cfg.value = Some(StrBytes::from_string(v.clone()));
+                        cfg
+                    })
+                    .collect();
+                c
+            })
+            .collect();
+        let conn = self.cluster.any_broker().await?;
+        let response = conn.request(&request).await?;
+        for r in &response.topics {
+            if r.error_code != 0 {
+                return Err(Error::kafka(
+                    "CreateTopics",
+                    conn.broker(),
+                    Some(r.name.0.as_str()),
+                    None,
+                    r.error_code,
+                    r.error_message.as_ref().map(|m| m.as_str()),
+                ));
+            }
+        }
+        for t in topics {
+            self.cluster
+                .wait_for_topic(&t.name, t.partitions.max(1) as usize, self.timeout)
+                .await?;
+            tracing::info!(topic = %t.name, partitions = t.partitions, "topic created");
+        }
+        Ok(())
+    }
+
+    /// Deletes `topics` and waits until metadata no longer shows them.
+    pub async fn delete_topics(&self, topics: &[&str]) -> Result<()> {
+        let mut request = DeleteTopicsRequest::default();
+        request.timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        let conn = self.cluster.any_broker().await?;
+        let version = conn.version_for::<DeleteTopicsRequest>(None)?;
+        // v6 names topics in `topics`, older versions in `topic_names`, and
+        // kafka-protocol refuses a field the version lacks.
+        if version >= 6 {
+            request.topics = topics
+                .iter()
+                .map(|t| {
+                    let mut s = DeleteTopicState::default();
+                    s.name = Some(TopicName(StrBytes::from_string((*t).to_owned())));
+                    s
+                })
+                .collect();
+        } else {
+            request.topic_names = topics.iter().map(|t| TopicName(StrBytes::from_string((*t).to_owned()))).collect();
+        }
+        let response = conn.request_at(version, &request).await?;
+        for r in &response.responses {
+            if r.error_code != 0 {
+                return Err(Error::kafka(
+                    "DeleteTopics",
+                    conn.broker(),
+                    r.name.as_ref().map(|n| n.0.as_str()),
+                    None,
+                    r.error_code,
+                    r.error_message.as_ref().map(|m| m.as_str()),
+                ));
+            }
+        }
+        for t in topics {
+            self.cluster.wait_for_topic_gone(t, self.timeout).await?;
+            tracing::info!(topic = %t, "topic deleted");
+        }
+        Ok(())
+    }
+}

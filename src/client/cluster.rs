@@ -1,0 +1,416 @@
+//! The cluster as the client sees it: bootstrap, a cached copy of Metadata
+//! (brokers, topics, partitions, leaders), and one connection per broker id.
+//!
+//! Metadata is refreshed on demand: when a topic is not cached, and when a
+//! caller reports `NOT_LEADER_OR_FOLLOWER`, `UNKNOWN_TOPIC_OR_PARTITION` or
+//! `LEADER_NOT_AVAILABLE` (see [`Cluster::refresh_topics`]). Lookups retry a
+//! missing topic or leader with bounded backoff up to
+//! [`ClientConfig::metadata_max_wait`](super::ClientConfig::metadata_max_wait).
+//! See <https://kafka.apache.org/protocol#The_Messages_Metadata>.
+//!
+//! Locking: the metadata snapshot sits behind a `std` `RwLock` holding an
+//! `Arc` (swapped whole, never held across an await); the connection map is
+//! a `std` `Mutex` of per-broker async slots, so connecting to one broker
+//! never blocks requests to another.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use clink_kafka_wire::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use clink_kafka_wire::kafka_protocol::messages::{MetadataRequest, TopicName};
+use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::KafkaCode;
+
+use super::backoff::Backoff;
+use super::connection::BrokerConnection;
+use super::ClientConfig;
+use crate::error::{Error, Result};
+
+/// One broker from Metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+impl BrokerInfo {
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// One partition from Metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    pub partition: i32,
+    /// The leader's node id, -1 when there is none.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub error: KafkaCode,
+}
+
+/// One topic from Metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub name: String,
+    /// Partitions sorted by index.
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// A snapshot of the cluster's metadata.
+#[derive(Clone, Debug, Default)]
+pub struct Metadata {
+    pub cluster_id: Option<String>,
+    pub controller_id: i32,
+    pub brokers: HashMap<i32, BrokerInfo>,
+    pub topics: HashMap<String, TopicMetadata>,
+}
+
+/// A handle to the cluster; cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("bootstrap", &self.inner.config.bootstrap).finish()
+    }
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<BrokerConnection>>>;
+
+struct Inner {
+    config: ClientConfig,
+    metadata: RwLock<Arc<Metadata>>,
+    connections: Mutex<HashMap<i32, Slot>>,
+    bootstrap: tokio::sync::Mutex<Option<BrokerConnection>>,
+}
+
+impl Cluster {
+    /// Connects to the first reachable bootstrap broker and loads the broker
+    /// list.
+    pub async fn connect(config: ClientConfig) -> Result<Cluster> {
+        if config.bootstrap.is_empty() {
+            return Err(Error::Config {
+                option: "bootstrap.servers",
+                message: "no brokers given".into(),
+            });
+        }
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                config,
+                metadata: RwLock::new(Arc::new(Metadata::default())),
+                connections: Mutex::new(HashMap::new()),
+                bootstrap: tokio::sync::Mutex::new(None),
+            }),
+        };
+        cluster.refresh_topics(&[]).await?;
+        Ok(cluster)
+    }
+
+    /// The configuration this cluster was opened with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The current metadata snapshot.
+    pub fn metadata(&self) -> Arc<Metadata> {
+        self.inner.metadata.read().expect("metadata lock").clone()
+    }
+
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(self.inner.config.retry_backoff, self.inner.config.retry_backoff_max)
+    }
+
+    /// A connection to the bootstrap broker (or any live one), for requests
+    /// that any broker can answer: Metadata, CreateTopics, InitProducerId.
+    pub async fn any_broker(&self) -> Result<BrokerConnection> {
+        let live: Option<BrokerConnection> = {
+            let slots: Vec<Slot> = self.inner.connections.lock().expect("connections lock").values().cloned().collect();
+            let mut found = None;
+            for s in slots {
+                if let Ok(guard) = s.try_lock() {
+                    if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
+                        found = Some(c.clone());
+                        break;
+                    }
+                }
+            }
+            found
+        };
+        if let Some(c) = live {
+            return Ok(c);
+        }
+        let mut guard = self.inner.bootstrap.lock().await;
+        if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let mut last = None;
+        // Known brokers first (they may have moved), then the bootstrap list.
+        let mut addrs: Vec<(Option<i32>, String)> =
+            self.metadata().brokers.values().map(|b| (Some(b.node_id), b.addr())).collect();
+        addrs.sort();
+        addrs.extend(self.inner.config.bootstrap.iter().map(|a| (None, a.clone())));
+        for (node_id, addr) in addrs {
+            match BrokerConnection::connect(&addr, node_id, &self.inner.config).await {
+                Ok(c) => {
+                    *guard = Some(c.clone());
+                    return Ok(c);
+                }
+                // Authentication failures are not the broker's availability:
+                // report them as they are, at once.
+                Err(e @ Error::Authentication { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::debug!(broker = %addr, error = %e, "bootstrap broker unreachable");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(Error::NoBrokerAvailable {
+            brokers: self.inner.config.bootstrap.join(","),
+            last: Box::new(last.unwrap_or(Error::Config {
+                option: "bootstrap.servers",
+                message: "no brokers given".into(),
+            })),
+        })
+    }
+
+    /// The connection to broker `node_id`, opening (or reopening) it as needed.
+    pub async fn broker(&self, node_id: i32) -> Result<BrokerConnection> {
+        let slot = self
+            .inner
+            .connections
+            .lock()
+            .expect("connections lock")
+            .entry(node_id)
+            .or_default()
+            .clone();
+        let mut guard = slot.lock().await;
+        if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let addr = match self.metadata().brokers.get(&node_id) {
+            Some(b) => b.addr(),
+            None => {
+                self.refresh_topics(&[]).await?;
+                self.metadata()
+                    .brokers
+                    .get(&node_id)
+                    .map(BrokerInfo::addr)
+                    .ok_or_else(|| Error::Config {
+                        option: "metadata",
+                        message: format!("broker node {node_id} is not in the cluster metadata"),
+                    })?
+            }
+        };
+        let conn = BrokerConnection::connect(&addr, Some(node_id), &self.inner.config).await?;
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Fetches metadata for `topics` (none: just the brokers) and merges it
+    /// into the cache. Topics the broker does not know are dropped from it.
+    pub async fn refresh_topics(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        let mut request = MetadataRequest::default();
+        request.topics = Some(
+            topics
+                .iter()
+                .map(|t| {
+                    let mut r = MetadataRequestTopic::default();
+                    r.name = Some(TopicName(StrBytes::from_string((*t).to_owned())));
+                    r
+                })
+                .collect(),
+        );
+        request.allow_auto_topic_creation = false;
+        let mut attempt = 0;
+        let (broker, response) = loop {
+            let conn = self.any_broker().await?;
+            match conn.request(&request).await {
+                Ok(r) => break (conn.broker().clone(), r),
+                // One retry on a fresh connection for a transport failure.
+                Err(e) if e.is_connection_error() && attempt == 0 => {
+                    attempt += 1;
+                    tracing::debug!(error = %e, "metadata request failed; retrying on a new connection");
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if response.error_code != 0 {
+            return Err(Error::kafka("Metadata", &broker, None, None, response.error_code, None));
+        }
+        let mut lock = self.inner.metadata.write().expect("metadata lock");
+        let mut md: Metadata = (**lock).clone();
+        md.cluster_id = response.cluster_id.as_ref().map(|s| s.to_string());
+        md.controller_id = response.controller_id.0;
+        md.brokers = response
+            .brokers
+            .iter()
+            .map(|b| {
+                (
+                    b.node_id.0,
+                    BrokerInfo {
+                        node_id: b.node_id.0,
+                        host: b.host.to_string(),
+                        port: b.port,
+                        rack: b.rack.as_ref().map(|r| r.to_string()),
+                    },
+                )
+            })
+            .collect();
+        for t in &response.topics {
+            let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
+                continue;
+            };
+            if t.error_code == KafkaCode::UNKNOWN_TOPIC_OR_PARTITION.0 {
+                md.topics.remove(&name);
+                continue;
+            }
+            let mut partitions: Vec<PartitionMetadata> = t
+                .partitions
+                .iter()
+                .map(|p| PartitionMetadata {
+                    partition: p.partition_index,
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    error: KafkaCode(p.error_code),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            if partitions.is_empty() {
+                // LEADER_NOT_AVAILABLE right after creation: not usable yet.
+                md.topics.remove(&name);
+                continue;
+            }
+            md.topics.insert(name.clone(), TopicMetadata { name, partitions });
+        }
+        let md = Arc::new(md);
+        *lock = md.clone();
+        Ok(md)
+    }
+
+    /// The topic's metadata, from the cache or fetched; retries while the
+    /// topic is unknown, up to `metadata_max_wait`.
+    pub async fn topic(&self, topic: &str) -> Result<TopicMetadata> {
+        if let Some(t) = self.metadata().topics.get(topic) {
+            return Ok(t.clone());
+        }
+        let started = Instant::now();
+        let mut backoff = self.backoff();
+        loop {
+            let md = self.refresh_topics(&[topic]).await?;
+            if let Some(t) = md.topics.get(topic) {
+                return Ok(t.clone());
+            }
+            let waited = started.elapsed();
+            if waited >= self.inner.config.metadata_max_wait {
+                return Err(Error::UnknownTopic {
+                    topic: topic.to_owned(),
+                    waited,
+                });
+            }
+            backoff.sleep().await;
+        }
+    }
+
+    /// The number of partitions of `topic`.
+    pub async fn partition_count(&self, topic: &str) -> Result<usize> {
+        Ok(self.topic(topic).await?.partitions.len())
+    }
+
+    /// The leader of `topic[partition]` and a connection to it. Retries a
+    /// missing leader with bounded backoff.
+    pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, BrokerConnection)> {
+        let started = Instant::now();
+        let mut backoff = self.backoff();
+        let mut refreshed = false;
+        loop {
+            let t = self.topic(topic).await?;
+            let Some(p) = t.partitions.iter().find(|p| p.partition == partition) else {
+                if !refreshed {
+                    refreshed = true;
+                    self.refresh_topics(&[topic]).await?;
+                    continue;
+                }
+                return Err(Error::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                    partitions: t.partitions.len(),
+                });
+            };
+            if p.leader >= 0 {
+                return Ok((p.leader, self.broker(p.leader).await?));
+            }
+            let waited = started.elapsed();
+            if waited >= self.inner.config.metadata_max_wait {
+                return Err(Error::LeaderNotAvailable {
+                    topic: topic.to_owned(),
+                    partition,
+                    waited,
+                    code: p.error,
+                });
+            }
+            backoff.sleep().await;
+            self.refresh_topics(&[topic]).await?;
+        }
+    }
+
+    /// Waits until `topic` has `partitions` partitions, each with a leader
+    /// (used after CreateTopics), or until `timeout`.
+    pub async fn wait_for_topic(&self, topic: &str, partitions: usize, timeout: Duration) -> Result<TopicMetadata> {
+        let started = Instant::now();
+        let mut backoff = self.backoff();
+        loop {
+            let md = self.refresh_topics(&[topic]).await?;
+            if let Some(t) = md.topics.get(topic) {
+                if t.partitions.len() >= partitions && t.partitions.iter().all(|p| p.leader >= 0) {
+                    return Ok(t.clone());
+                }
+            }
+            if started.elapsed() >= timeout {
+                return Err(Error::Timeout {
+                    operation: format!("waiting for topic {topic:?} to appear in metadata"),
+                    timeout,
+                });
+            }
+            backoff.sleep().await;
+        }
+    }
+
+    /// Waits until `topic` is gone from metadata, or until `timeout`.
+    pub async fn wait_for_topic_gone(&self, topic: &str, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        let mut backoff = self.backoff();
+        loop {
+            let md = self.refresh_topics(&[topic]).await?;
+            if !md.topics.contains_key(topic) {
+                return Ok(());
+            }
+            if started.elapsed() >= timeout {
+                return Err(Error::Timeout {
+                    operation: format!("waiting for topic {topic:?} to disappear from metadata"),
+                    timeout,
+                });
+            }
+            backoff.sleep().await;
+        }
+    }
+}
+
+
+/// Whether `code` means the cached leadership or topic list is stale.
+pub(crate) fn needs_metadata_refresh(code: KafkaCode) -> bool {
+    matches!(
+        code,
+        KafkaCode::NOT_LEADER_OR_FOLLOWER
+            | KafkaCode::UNKNOWN_TOPIC_OR_PARTITION
+            | KafkaCode::LEADER_NOT_AVAILABLE
+            | KafkaCode::FENCED_LEADER_EPOCH
+            | KafkaCode::UNKNOWN_LEADER_EPOCH
+    )
+}

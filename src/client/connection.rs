@@ -1,0 +1,636 @@
+//! One TCP connection to one broker: the driver task that owns the socket,
+//! request pipelining by correlation id, the ApiVersions handshake and the
+//! per-request timeout.
+//!
+//! Shape (after rskafka's `messenger.rs` and quinn's `ConnectionDriver`): a
+//! [`BrokerConnection`] is a cheap handle; the socket lives in one spawned
+//! driver task that runs a read loop and a write loop on the two halves of
+//! the stream. A caller encodes its request frame itself (so the same bytes go
+//! out on every retry), hands it to the driver with a oneshot sender, and the
+//! driver routes the response frame back by correlation id. Decoding happens
+//! in the caller, so big responses decode in parallel.
+//!
+//! On connect we send ApiVersions v3 and fall back to v0 when the broker
+//! answers `UNSUPPORTED_VERSION` (KIP-511; the error answer is always a v0
+//! body), then keep the broker's ranges to choose each request's version.
+//! See <https://kafka.apache.org/protocol#api_versions>.
+//!
+//! Failure is sticky (as in rustls): the first fatal error — I/O, EOF, a bad
+//! frame, a request timeout, failed authentication — is stored, the driver
+//! stops, every waiting request gets that error, and every later call
+//! returns it again without doing any work. The cluster layer then opens a
+//! new connection.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use clink_kafka_wire::frame::{self, FrameDecoder, ResponseFrame};
+use clink_kafka_wire::kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
+use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::protocol::{ApiRequest, BrokerVersions};
+use clink_kafka_wire::KafkaCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use super::ClientConfig;
+use crate::error::{BrokerRef, Error, Result};
+
+/// The ApiVersions version we try first (flexible, with client software name).
+const API_VERSIONS_FIRST: i16 = 3;
+/// Read buffer growth step; a frame larger than this reserves its own size.
+const READ_CHUNK: usize = 64 * 1024;
+/// Most frames the writer takes off the queue before writing.
+const WRITE_BATCH: usize = 64;
+
+/// A handle to one broker connection. Cloning shares the connection.
+#[derive(Clone)]
+pub struct BrokerConnection {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for BrokerConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerConnection")
+            .field("broker", &self.shared.broker)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+struct Shared {
+    broker: BrokerRef,
+    client_id: String,
+    request_timeout: Duration,
+    versions: OnceLock<BrokerVersions>,
+    next_correlation_id: AtomicI32,
+    commands: mpsc::UnboundedSender<Command>,
+    fatal: Arc<OnceLock<Error>>,
+    shutdown: Arc<Notify>,
+}
+
+/// A frame for the driver to write; `reply` is `None` when the broker sends
+/// no answer (Produce with acks=0).
+struct Command {
+    correlation_id: i32,
+    api: &'static str,
+    version: i16,
+    frame: Bytes,
+    reply: Option<oneshot::Sender<Result<Bytes>>>,
+}
+
+/// A request written and waiting for its response.
+struct InFlight {
+    api: &'static str,
+    version: i16,
+    reply: oneshot::Sender<Result<Bytes>>,
+}
+
+type InFlightMap = Mutex<HashMap<i32, InFlight>>;
+
+impl BrokerConnection {
+    /// Dials `addr`, negotiates API versions and, if `config.sasl` is set,
+    /// authenticates. `node_id` is the broker's id when known (for errors and
+    /// logs).
+    pub async fn connect(addr: &str, node_id: Option<i32>, config: &ClientConfig) -> Result<Self> {
+        let broker = BrokerRef {
+            addr: addr.to_owned(),
+            node_id,
+        };
+        let stream = match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
+            Err(_) => {
+                return Err(Error::ConnectTimeout {
+                    broker,
+                    timeout: config.connect_timeout,
+                })
+            }
+            Ok(Err(e)) => {
+                return Err(Error::Connect {
+                    broker,
+                    source: Arc::new(e),
+                })
+            }
+            Ok(Ok(s)) => s,
+        };
+        // Requests are whole frames written at once; Nagle only adds latency.
+        let _ = stream.set_nodelay(true);
+        let conn = Self::start(stream, broker, config);
+        let setup = async {
+            let versions = conn.negotiate_versions().await?;
+            let _ = conn.shared.versions.set(versions);
+            if let Some(sasl) = &config.sasl {
+                super::sasl::authenticate(&conn, sasl).await?;
+            }
+            Ok::<_, Error>(())
+        };
+        if let Err(e) = setup.await {
+            // Whatever failed, this connection is done (the broker closes an
+            // unauthenticated connection anyway). Return the cause itself: the
+            // broker's close right after a refusal may have become the sticky
+            // error first, and "closed the connection" would hide the refusal.
+            conn.fail(e.clone());
+            return Err(e);
+        }
+        tracing::debug!(broker = %conn.shared.broker, sasl = config.sasl.is_some(), "connected");
+        Ok(conn)
+    }
+
+    /// Spawns the driver for an established stream (no handshake yet).
+    fn start(stream: TcpStream, broker: BrokerRef, config: &ClientConfig) -> Self {
+        let (rd, wr) = stream.into_split();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let fatal = Arc::new(OnceLock::new());
+        let shutdown = Arc::new(Notify::new());
+        let driver = Driver {
+            broker: broker.clone(),
+            decoder: FrameDecoder::new(config.max_frame_size),
+            in_flight: Mutex::new(HashMap::new()),
+            fatal: fatal.clone(),
+            shutdown: shutdown.clone(),
+            sasl: config.sasl.is_some(),
+        };
+        tokio::spawn(driver.run(rd, wr, rx));
+        BrokerConnection {
+            shared: Arc::new(Shared {
+                broker,
+                client_id: config.client_id.clone(),
+                request_timeout: config.request_timeout,
+                versions: OnceLock::new(),
+                next_correlation_id: AtomicI32::new(1),
+                commands: tx,
+                fatal,
+                shutdown,
+            }),
+        }
+    }
+
+    /// Which broker this connects to.
+    pub fn broker(&self) -> &BrokerRef {
+        &self.shared.broker
+    }
+
+    /// Whether the connection has failed or been closed. A closed connection
+    /// never recovers; open a new one.
+    pub fn is_closed(&self) -> bool {
+        self.shared.fatal.get().is_some()
+    }
+
+    /// The sticky error that closed the connection, if any.
+    pub fn fatal_error(&self) -> Option<Error> {
+        self.shared.fatal.get().cloned()
+    }
+
+    /// What the broker speaks, from its ApiVersions answer.
+    pub fn versions(&self) -> Option<&BrokerVersions> {
+        self.shared.versions.get()
+    }
+
+    /// The version to use for `R`: the highest both sides speak, at most
+    /// `cap` when given (e.g. Fetch and Produce v13+ need topic ids, which
+    /// this client does not use yet).
+    pub fn version_for<R: ApiRequest>(&self, cap: Option<i16>) -> Result<i16> {
+        let mut ours = R::VERSIONS;
+        if let Some(cap) = cap {
+            ours.max = ours.max.min(cap);
+        }
+        let versions = self.shared.versions.get().ok_or_else(|| Error::Protocol {
+            broker: self.shared.broker.clone(),
+            api: R::NAME,
+            source: Arc::new(clink_kafka_wire::Error::Invalid {
+                context: "API versions",
+                message: "not negotiated yet".into(),
+            }),
+        })?;
+        versions.choose(R::KEY, R::NAME, ours).map_err(|e| self.protocol_error(R::NAME, e))
+    }
+
+    /// Sends `body` at the highest common version and waits for the answer.
+    pub async fn request<R: ApiRequest>(&self, body: &R) -> Result<R::Response> {
+        let version = self.version_for::<R>(None)?;
+        self.request_at(version, body).await
+    }
+
+    /// Sends `body` at `version` and waits for the answer (bounded by the
+    /// request timeout).
+    pub async fn request_at<R: ApiRequest>(&self, version: i16, body: &R) -> Result<R::Response> {
+        let (correlation_id, frame) = self.encode(version, body)?;
+        let response = self.round_trip(R::NAME, version, correlation_id, frame).await?;
+        frame::decode_response::<R>(response, version, correlation_id).map_err(|e| self.protocol_error(R::NAME, e))
+    }
+
+    /// Queues `body` at `version` for a request the broker never answers
+    /// (Produce with acks=0). Returns once the frame is queued for writing.
+    pub fn send_without_response<R: ApiRequest>(&self, version: i16, body: &R) -> Result<()> {
+        let (correlation_id, frame) = self.encode(version, body)?;
+        self.enqueue(Command {
+            correlation_id,
+            api: R::NAME,
+            version,
+            frame,
+            reply: None,
+        })
+    }
+
+    fn encode<R: ApiRequest>(&self, version: i16, body: &R) -> Result<(i32, Bytes)> {
+        if let Some(e) = self.shared.fatal.get() {
+            return Err(e.clone());
+        }
+        let correlation_id = self.shared.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let mut buf = BytesMut::with_capacity(256);
+        frame::encode_request(&mut buf, correlation_id, Some(&self.shared.client_id), version, body)
+            .map_err(|e| self.protocol_error(R::NAME, e))?;
+        Ok((correlation_id, buf.freeze()))
+    }
+
+    fn enqueue(&self, command: Command) -> Result<()> {
+        if let Some(e) = self.shared.fatal.get() {
+            return Err(e.clone());
+        }
+        self.shared.commands.send(command).map_err(|_| self.closed_error())
+    }
+
+    async fn round_trip(&self, api: &'static str, version: i16, correlation_id: i32, frame: Bytes) -> Result<Bytes> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Command {
+            correlation_id,
+            api,
+            version,
+            frame,
+            reply: Some(tx),
+        })?;
+        match tokio::time::timeout(self.shared.request_timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(self.closed_error()),
+            Err(_) => {
+                tracing::warn!(broker = %self.shared.broker, api, version, correlation_id,
+                    timeout = ?self.shared.request_timeout, "request timed out; closing the connection");
+                Err(self.fail(Error::RequestTimeout {
+                    broker: self.shared.broker.clone(),
+                    api,
+                    timeout: self.shared.request_timeout,
+                }))
+            }
+        }
+    }
+
+    /// Records `error` as the connection's sticky error (unless another came
+    /// first), stops the driver, and returns the sticky error.
+    pub(crate) fn fail(&self, error: Error) -> Error {
+        let _ = self.shared.fatal.set(error);
+        self.shared.shutdown.notify_one();
+        self.closed_error()
+    }
+
+    fn closed_error(&self) -> Error {
+        self.shared.fatal.get().cloned().unwrap_or_else(|| Error::ConnectionClosed {
+            broker: self.shared.broker.clone(),
+        })
+    }
+
+    fn protocol_error(&self, api: &'static str, e: clink_kafka_wire::Error) -> Error {
+        Error::Protocol {
+            broker: self.shared.broker.clone(),
+            api,
+            source: Arc::new(e),
+        }
+    }
+
+    /// ApiVersions v3, or v0 after an `UNSUPPORTED_VERSION` answer.
+    async fn negotiate_versions(&self) -> Result<BrokerVersions> {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("clink-kafka"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let (correlation_id, frame) = self.encode(API_VERSIONS_FIRST, &request)?;
+        let raw = self.round_trip("ApiVersions", API_VERSIONS_FIRST, correlation_id, frame).await?;
+        let parsed = ResponseFrame::parse(raw, ApiKey::ApiVersions, API_VERSIONS_FIRST)
+            .map_err(|e| self.protocol_error("ApiVersions", e))?;
+        if parsed.correlation_id != correlation_id {
+            return Err(self.protocol_error(
+                "ApiVersions",
+                clink_kafka_wire::Error::CorrelationMismatch {
+                    expected: correlation_id,
+                    actual: parsed.correlation_id,
+                },
+            ));
+        }
+        // Every ApiVersions body starts with its error code; an
+        // UNSUPPORTED_VERSION answer is a v0 body whatever we asked for.
+        let body = parsed.body();
+        let code = body.get(..2).map(|b| i16::from_be_bytes([b[0], b[1]]));
+        let response = if code == Some(KafkaCode::UNSUPPORTED_VERSION.0) {
+            tracing::debug!(broker = %self.shared.broker, "ApiVersions v3 unsupported; retrying with v0");
+            self.request_at::<ApiVersionsRequest>(0, &ApiVersionsRequest::default()).await?
+        } else {
+            parsed
+                .decode(API_VERSIONS_FIRST, "ApiVersions")
+                .map_err(|e| self.protocol_error("ApiVersions", e))?
+        };
+        if response.error_code != 0 {
+            return Err(Error::kafka("ApiVersions", &self.shared.broker, None, None, response.error_code, None));
+        }
+        Ok(BrokerVersions::from_response(&response))
+    }
+}
+
+/// The task that owns the socket.
+struct Driver {
+    broker: BrokerRef,
+    decoder: FrameDecoder,
+    in_flight: InFlightMap,
+    fatal: Arc<OnceLock<Error>>,
+    shutdown: Arc<Notify>,
+    /// Whether this connection authenticates (for the EOF hint).
+    sasl: bool,
+}
+
+impl Driver {
+    async fn run(self, rd: OwnedReadHalf, wr: OwnedWriteHalf, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let result = tokio::select! {
+            r = self.read_loop(rd) => r,
+            r = self.write_loop(wr, &mut commands) => r,
+            _ = self.shutdown.notified() => Ok(()),
+        };
+        let error = match result {
+            Err(e) => e,
+            Ok(()) => Error::ConnectionClosed {
+                broker: self.broker.clone(),
+            },
+        };
+        if self.fatal.set(error).is_ok() {
+            let e = self.fatal.get().expect("just set");
+            if matches!(e, Error::ConnectionClosed { .. }) {
+                tracing::debug!(broker = %self.broker, "connection closed");
+            } else {
+                tracing::warn!(broker = %self.broker, error = %e, "connection failed");
+            }
+        }
+        let error = self.fatal.get().cloned().expect("set above");
+        // Fail everything waiting, then everything still queued.
+        let waiting: Vec<InFlight> = self.in_flight.lock().expect("in-flight lock").drain().map(|(_, v)| v).collect();
+        for w in waiting {
+            let _ = w.reply.send(Err(error.clone()));
+        }
+        commands.close();
+        while let Ok(c) = commands.try_recv() {
+            if let Some(reply) = c.reply {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+    }
+
+    async fn read_loop(&self, mut rd: OwnedReadHalf) -> Result<()> {
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        loop {
+            while let Some(frame) = self.decoder.decode_bytes(&mut buf).map_err(|e| self.protocol("response frame", e))? {
+                let correlation_id =
+                    ResponseFrame::peek_correlation_id(&frame).map_err(|e| self.protocol("response header", e))?;
+                let waiter = self.in_flight.lock().expect("in-flight lock").remove(&correlation_id);
+                match waiter {
+                    Some(w) => {
+                        let _ = w.reply.send(Ok(frame));
+                    }
+                    None => {
+                        return Err(self.protocol(
+                            "response header",
+                            clink_kafka_wire::Error::Invalid {
+                                context: "response correlation id",
+                                message: format!("{correlation_id} matches no request in flight"),
+                            },
+                        ))
+                    }
+                }
+            }
+            if buf.capacity() - buf.len() < READ_CHUNK / 8 {
+                buf.reserve(READ_CHUNK);
+            }
+            let n = rd.read_buf(&mut buf).await.map_err(|e| Error::Io {
+                broker: self.broker.clone(),
+                source: Arc::new(e),
+            })?;
+            if n == 0 {
+                return Err(self.disconnected());
+            }
+        }
+    }
+
+    async fn write_loop(&self, mut wr: OwnedWriteHalf, commands: &mut mpsc::UnboundedReceiver<Command>) -> Result<()> {
+        let mut batch = Vec::with_capacity(WRITE_BATCH);
+        while let Some(first) = commands.recv().await {
+            batch.push(first);
+            while batch.len() < WRITE_BATCH {
+                match commands.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            // Register before writing, so a fast answer always finds its waiter.
+            {
+                let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+                for c in batch.iter_mut() {
+                    if let Some(reply) = c.reply.take() {
+                        in_flight.insert(
+                            c.correlation_id,
+                            InFlight {
+                                api: c.api,
+                                version: c.version,
+                                reply,
+                            },
+                        );
+                    }
+                }
+            }
+            for c in batch.drain(..) {
+                tracing::trace!(broker = %self.broker, api = c.api, version = c.version,
+                    correlation_id = c.correlation_id, bytes = c.frame.len(), "write");
+                wr.write_all(&c.frame).await.map_err(|e| Error::Io {
+                    broker: self.broker.clone(),
+                    source: Arc::new(e),
+                })?;
+            }
+        }
+        // Every handle is gone.
+        let _ = wr.shutdown().await;
+        Ok(())
+    }
+
+    fn protocol(&self, api: &'static str, e: clink_kafka_wire::Error) -> Error {
+        Error::Protocol {
+            broker: self.broker.clone(),
+            api,
+            source: Arc::new(e),
+        }
+    }
+
+    fn disconnected(&self) -> Error {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        let hint = in_flight
+            .iter()
+            .min_by_key(|(id, _)| **id)
+            .map(|(id, w)| {
+                let mut h = format!("while waiting for the {} v{} response (correlation id {id})", w.api, w.version);
+                if !self.sasl {
+                    h.push_str(
+                        "; if this is a SASL or TLS listener, configure SASL/TLS: such listeners close \
+                         plaintext clients that do not authenticate",
+                    );
+                }
+                h
+            });
+        Error::Disconnected {
+            broker: self.broker.clone(),
+            hint,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Scripted-peer tests: a local listener that answers with exact bytes.
+
+    use bytes::BufMut;
+    use clink_kafka_wire::kafka_protocol::messages::MetadataRequest;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// Reads one request frame; returns (api key, version, correlation id).
+    async fn read_request(s: &mut TcpStream) -> (i16, i16, i32) {
+        let len = s.read_i32().await.unwrap() as usize;
+        let mut buf = vec![0u8; len];
+        s.read_exact(&mut buf).await.unwrap();
+        let key = i16::from_be_bytes([buf[0], buf[1]]);
+        let version = i16::from_be_bytes([buf[2], buf[3]]);
+        let corr = i32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+        (key, version, corr)
+    }
+
+    async fn write_frame(s: &mut TcpStream, corr: i32, body: &[u8]) {
+        let mut out = BytesMut::new();
+        out.put_i32(4 + body.len() as i32);
+        out.put_i32(corr);
+        out.put_slice(body);
+        s.write_all(&out).await.unwrap();
+    }
+
+    /// An ApiVersions v0 body listing `apis` with the given error code.
+    fn api_versions_v0(code: i16, apis: &[(i16, i16, i16)]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        b.put_i16(code);
+        b.put_i32(apis.len() as i32);
+        for (k, min, max) in apis {
+            b.put_i16(*k);
+            b.put_i16(*min);
+            b.put_i16(*max);
+        }
+        b.to_vec()
+    }
+
+    /// An ApiVersions v3 body (flexible).
+    fn api_versions_v3(apis: &[(i16, i16, i16)]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_u8(apis.len() as u8 + 1);
+        for (k, min, max) in apis {
+            b.put_i16(*k);
+            b.put_i16(*min);
+            b.put_i16(*max);
+            b.put_u8(0);
+        }
+        b.put_i32(0); // throttle
+        b.put_u8(0); // tagged fields
+        b.to_vec()
+    }
+
+    fn config(timeout_ms: u64) -> ClientConfig {
+        ClientConfig {
+            request_timeout: Duration::from_millis(timeout_ms),
+            ..ClientConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn api_versions_falls_back_to_v0() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (key, version, corr) = read_request(&mut s).await;
+            assert_eq!((key, version), (18, 3));
+            write_frame(&mut s, corr, &api_versions_v0(35, &[(18, 0, 2)])).await;
+            let (key, version, corr) = read_request(&mut s).await;
+            assert_eq!((key, version), (18, 0));
+            write_frame(&mut s, corr, &api_versions_v0(0, &[(18, 0, 2), (3, 4, 9)])).await;
+            s
+        });
+        let conn = BrokerConnection::connect(&addr, None, &config(5000)).await.unwrap();
+        let _s = peer.await.unwrap();
+        assert_eq!(conn.version_for::<MetadataRequest>(None).unwrap(), 9);
+        assert_eq!(conn.version_for::<MetadataRequest>(Some(7)).unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn timeout_is_typed_and_sticky() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (_, _, corr) = read_request(&mut s).await;
+            write_frame(&mut s, corr, &api_versions_v3(&[(18, 0, 4), (3, 4, 13)])).await;
+            // Read the Metadata request and never answer it.
+            let _ = read_request(&mut s).await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        let conn = BrokerConnection::connect(&addr, Some(7), &config(300)).await.unwrap();
+        let err = conn.request(&MetadataRequest::default()).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::RequestTimeout { api: "Metadata", .. }), "{text}");
+        assert!(text.contains(&addr) && text.contains("node 7") && text.contains("Metadata"), "{text}");
+        assert!(conn.is_closed());
+        // Sticky: the same error again, at once.
+        let started = std::time::Instant::now();
+        let again = conn.request(&MetadataRequest::default()).await.unwrap_err();
+        assert_eq!(again.to_string(), text);
+        assert!(started.elapsed() < Duration::from_millis(200));
+        peer.abort();
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_and_eof_are_fatal() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (_, _, _) = read_request(&mut s).await;
+            s.write_all(&i32::MAX.to_be_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        });
+        let cfg = ClientConfig {
+            max_frame_size: 1024,
+            ..config(5000)
+        };
+        let err = BrokerConnection::connect(&addr, None, &cfg).await.unwrap_err();
+        assert!(matches!(err, Error::Protocol { .. }), "{err}");
+        assert!(err.to_string().contains("exceeds the maximum frame size"), "{err}");
+        peer.abort();
+
+        // A peer that closes while a request is in flight.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (_, _, corr) = read_request(&mut s).await;
+            write_frame(&mut s, corr, &api_versions_v3(&[(18, 0, 4), (3, 4, 13)])).await;
+            let _ = read_request(&mut s).await;
+            drop(s);
+        });
+        let conn = BrokerConnection::connect(&addr, None, &config(5000)).await.unwrap();
+        let err = conn.request(&MetadataRequest::default()).await.unwrap_err();
+        assert!(matches!(err, Error::Disconnected { .. }), "{err}");
+        assert!(err.to_string().contains("Metadata v13"), "{err}");
+        assert!(err.to_string().contains("SASL"), "{err}");
+    }
+}

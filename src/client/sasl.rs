@@ -1,0 +1,84 @@
+//! SASL authentication on a fresh connection: `SaslHandshake` v1 names the
+//! mechanism, then `SaslAuthenticate` requests carry the tokens ([KIP-43],
+//! [KIP-152]). The token logic is the wire crate's transport-free
+//! [`ScramClient`] and [`plain_initial_response`]; this module only moves the
+//! tokens and draws the SCRAM nonce (24 bytes from the OS via `getrandom`).
+//!
+//! A failure is an [`Error::Authentication`] naming the mechanism and carrying
+//! the broker's message. There is no fallback to another mechanism, and the
+//! password is a [`Secret`](clink_kafka_wire::secret::Secret) that never
+//! reaches a log line or an error.
+//!
+//! [KIP-43]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-43%3A+Kafka+SASL+enhancements
+//! [KIP-152]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-152+-+Improve+diagnostics+for+SASL+authentication+failures
+
+use bytes::Bytes;
+use clink_kafka_wire::kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::sasl::{nonce_from_random_bytes, plain_initial_response, SaslMechanism, ScramClient};
+use clink_kafka_wire::KafkaCode;
+
+use super::connection::BrokerConnection;
+use super::SaslConfig;
+use crate::error::{Error, Result};
+
+/// Bytes of OS randomness in a SCRAM client nonce.
+const NONCE_BYTES: usize = 24;
+
+/// Runs the whole SASL exchange for `sasl.mechanism` on `conn`.
+pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig) -> Result<()> {
+    let mechanism = sasl.mechanism;
+    let fail = |message: String| Error::Authentication {
+        broker: conn.broker().clone(),
+        mechanism: mechanism.name(),
+        message,
+    };
+    let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
+    let version = conn.version_for::<SaslHandshakeRequest>(None)?;
+    let response = conn.request_at(version, &handshake).await?;
+    match KafkaCode(response.error_code) {
+        KafkaCode::NONE => {}
+        KafkaCode::UNSUPPORTED_SASL_MECHANISM => {
+            let offered: Vec<&str> = response.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(fail(format!(
+                "the broker does not enable this mechanism on this listener; it offers [{}]",
+                offered.join(", ")
+            )));
+        }
+        code => return Err(fail(format!("SaslHandshake answered {code}"))),
+    }
+    let version = conn.version_for::<SaslAuthenticateRequest>(None)?;
+    let step = |token: Vec<u8>| async move {
+        let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+        let response = conn.request_at(version, &request).await?;
+        if response.error_code != 0 {
+            let code = KafkaCode(response.error_code);
+            let message = match response.error_message {
+                Some(m) if !m.is_empty() => format!("{m} ({code})"),
+                _ => code.to_string(),
+            };
+            return Err(fail(message));
+        }
+        Ok(response.auth_bytes)
+    };
+    match mechanism {
+        SaslMechanism::Plain => {
+            let token = plain_initial_response("", &sasl.username, &sasl.password).map_err(|e| fail(e.to_string()))?;
+            step(token).await?;
+        }
+        m if m.is_scram() => {
+            let mut random = [0u8; NONCE_BYTES];
+            getrandom::fill(&mut random).map_err(|e| fail(format!("drawing the SCRAM nonce: {e}")))?;
+            let mut client = ScramClient::new(m, &sasl.username, &sasl.password, nonce_from_random_bytes(&random))
+                .map_err(|e| fail(e.to_string()))?;
+            let first = client.client_first().map_err(|e| fail(e.to_string()))?;
+            let server_first = step(first).await?;
+            let last = client.handle_server_first(&server_first).map_err(|e| fail(e.to_string()))?;
+            let server_final = step(last).await?;
+            client.handle_server_final(&server_final).map_err(|e| fail(e.to_string()))?;
+        }
+        other => return Err(fail(format!("mechanism {other} is not implemented by this client"))),
+    }
+    tracing::debug!(broker = %conn.broker(), mechanism = mechanism.name(), user = %sasl.username, "authenticated");
+    Ok(())
+}

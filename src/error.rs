@@ -1,0 +1,302 @@
+//! The client's typed errors.
+//!
+//! One [`Error`] enum for the whole async client. Each variant carries what a
+//! user needs to find the fault: the broker (`host:port`, plus its node id
+//! when known), the API, the topic and partition, the option name. Kafka error
+//! codes are kept as [`KafkaCode`], so a caller can ask
+//! [`Error::is_retriable`] without string matching (after franz-go's `kerr`).
+//!
+//! Errors are `Clone` (I/O and protocol sources sit behind an `Arc`): a fatal
+//! connection error is sticky, and every later call on that connection gets
+//! the very same value back (see [`crate::client::connection`]).
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clink_kafka_wire::KafkaCode;
+
+/// Result alias for the client.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which broker: the address we dialled and, once known, its node id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BrokerRef {
+    /// `host:port` as dialled.
+    pub addr: String,
+    /// The broker's node id, if the connection was made for a known node
+    /// (bootstrap connections do not know it).
+    pub node_id: Option<i32>,
+}
+
+impl BrokerRef {
+    /// A broker known only by its address.
+    pub fn addr(addr: impl Into<String>) -> Self {
+        BrokerRef {
+            addr: addr.into(),
+            node_id: None,
+        }
+    }
+}
+
+impl fmt::Display for BrokerRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.node_id {
+            Some(id) => write!(f, "{} (node {id})", self.addr),
+            None => f.write_str(&self.addr),
+        }
+    }
+}
+
+/// An error from the async client.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The TCP connection could not be established.
+    #[error("connecting to broker {broker}: {source}")]
+    Connect {
+        broker: BrokerRef,
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// The TCP connection was not established within the connect timeout.
+    #[error("connecting to broker {broker}: timed out after {timeout:?}")]
+    ConnectTimeout { broker: BrokerRef, timeout: Duration },
+    /// Reading or writing an established connection failed.
+    #[error("I/O error on the connection to broker {broker}: {source}")]
+    Io {
+        broker: BrokerRef,
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// The broker closed the connection.
+    #[error("broker {broker} closed the connection{}", hint_suffix(.hint))]
+    Disconnected {
+        broker: BrokerRef,
+        /// What we were doing, and a likely cause when there is one.
+        hint: Option<String>,
+    },
+    /// The connection was closed by this client (its handle was dropped or
+    /// its driver stopped).
+    #[error("the connection to broker {broker} is closed")]
+    ConnectionClosed { broker: BrokerRef },
+    /// No response arrived within the request timeout. The connection is
+    /// closed as a result (as the Java client does), so the outcome of the
+    /// request is unknown.
+    #[error("{api} request to broker {broker} timed out after {timeout:?}")]
+    RequestTimeout {
+        broker: BrokerRef,
+        api: &'static str,
+        timeout: Duration,
+    },
+    /// The broker sent bytes we could not frame or decode, or the two sides
+    /// share no version of an API.
+    #[error("protocol error with broker {broker} ({api}): {source}")]
+    Protocol {
+        broker: BrokerRef,
+        api: &'static str,
+        #[source]
+        source: Arc<clink_kafka_wire::Error>,
+    },
+    /// SASL authentication failed. Carries the broker's message (never the
+    /// password). The client never falls back to another mechanism.
+    #[error("SASL {mechanism} authentication with broker {broker} failed: {message}")]
+    Authentication {
+        broker: BrokerRef,
+        mechanism: &'static str,
+        message: String,
+    },
+    /// The broker answered with a Kafka error code.
+    #[error("{api}{} on broker {broker}: {code}{}", location(.topic, .partition), message_suffix(.message))]
+    Kafka {
+        api: &'static str,
+        broker: BrokerRef,
+        topic: Option<String>,
+        partition: Option<i32>,
+        code: KafkaCode,
+        /// The broker's error message, when it sent one.
+        message: Option<String>,
+    },
+    /// None of the bootstrap brokers could be reached.
+    #[error("no bootstrap broker reachable ({brokers}); last error: {last}")]
+    NoBrokerAvailable { brokers: String, last: Box<Error> },
+    /// The topic is not in the cluster's metadata.
+    #[error("topic {topic:?} does not exist (UNKNOWN_TOPIC_OR_PARTITION after {waited:?})")]
+    UnknownTopic { topic: String, waited: Duration },
+    /// The topic exists but has no such partition.
+    #[error("topic {topic:?} has {partitions} partitions; partition {partition} does not exist")]
+    UnknownPartition {
+        topic: String,
+        partition: i32,
+        partitions: usize,
+    },
+    /// The partition has no leader, and none appeared while we retried.
+    #[error("{topic}[{partition}] has no available leader after {waited:?}: {code}")]
+    LeaderNotAvailable {
+        topic: String,
+        partition: i32,
+        waited: Duration,
+        code: KafkaCode,
+    },
+    /// A bounded wait ran out.
+    #[error("{operation} did not complete within {timeout:?}")]
+    Timeout { operation: String, timeout: Duration },
+    /// A configuration value is invalid.
+    #[error("invalid configuration {option}: {message}")]
+    Config { option: &'static str, message: String },
+    /// A fetched record batch failed to decode (CRC, codec, truncation).
+    #[error("corrupt record data in {topic}[{partition}] at offset {offset}: {source}")]
+    CorruptRecord {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        #[source]
+        source: Arc<clink_kafka_wire::Error>,
+    },
+    /// The fetch offset is outside the partition's log.
+    #[error("offset {offset} is out of range for {topic}[{partition}]")]
+    OffsetOutOfRange { topic: String, partition: i32, offset: i64 },
+    /// The partition is not assigned to this consumer.
+    #[error("{topic}[{partition}] is not assigned to this consumer")]
+    NotAssigned { topic: String, partition: i32 },
+    /// A record or request is larger than a limit.
+    #[error("{what} of {size} bytes exceeds the limit of {limit} bytes ({option})")]
+    TooLarge {
+        what: &'static str,
+        size: usize,
+        limit: usize,
+        option: &'static str,
+    },
+    /// The producer hit an error it cannot recover from (for the idempotent
+    /// producer: an unknown outcome or a broken sequence). Sticky: every
+    /// later send fails with it.
+    #[error("producer failed: {cause}")]
+    ProducerFailed { cause: Box<Error> },
+    /// The producer was closed before the record was delivered.
+    #[error("the producer is closed")]
+    ProducerClosed,
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    match hint {
+        Some(h) => format!(" {h}"),
+        None => String::new(),
+    }
+}
+
+fn location(topic: &Option<String>, partition: &Option<i32>) -> String {
+    match (topic, partition) {
+        (Some(t), Some(p)) => format!(" for {t}[{p}]"),
+        (Some(t), None) => format!(" for topic {t:?}"),
+        _ => String::new(),
+    }
+}
+
+fn message_suffix(message: &Option<String>) -> String {
+    match message {
+        Some(m) if !m.is_empty() => format!(" ({m})"),
+        _ => String::new(),
+    }
+}
+
+impl Error {
+    /// The Kafka error code, if the broker sent one.
+    pub fn kafka_code(&self) -> Option<KafkaCode> {
+        match self {
+            Error::Kafka { code, .. } | Error::LeaderNotAvailable { code, .. } => Some(*code),
+            Error::ProducerFailed { cause } => cause.kafka_code(),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying the same operation may succeed: a retriable Kafka
+    /// code (Kafka's own classification), or a transport failure on one
+    /// connection (a new connection may work).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Kafka { code, .. } => code.is_retriable(),
+            Error::Connect { .. }
+            | Error::ConnectTimeout { .. }
+            | Error::Io { .. }
+            | Error::Disconnected { .. }
+            | Error::ConnectionClosed { .. }
+            | Error::RequestTimeout { .. }
+            | Error::LeaderNotAvailable { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the error is a transport failure: the connection is gone and
+    /// a new one is needed.
+    pub fn is_connection_error(&self) -> bool {
+        matches!(
+            self,
+            Error::Connect { .. }
+                | Error::ConnectTimeout { .. }
+                | Error::Io { .. }
+                | Error::Disconnected { .. }
+                | Error::ConnectionClosed { .. }
+                | Error::RequestTimeout { .. }
+        )
+    }
+
+    /// Builds [`Error::Kafka`] from a response's error code and message.
+    pub(crate) fn kafka(
+        api: &'static str,
+        broker: &BrokerRef,
+        topic: Option<&str>,
+        partition: Option<i32>,
+        code: i16,
+        message: Option<&str>,
+    ) -> Self {
+        Error::Kafka {
+            api,
+            broker: broker.clone(),
+            topic: topic.map(str::to_owned),
+            partition,
+            code: KafkaCode(code),
+            message: message.map(str::to_owned),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_error_names_everything() {
+        let b = BrokerRef {
+            addr: "127.0.0.1:9092".into(),
+            node_id: Some(1),
+        };
+        let e = Error::kafka("Produce", &b, Some("orders"), Some(3), 6, Some("not the leader"));
+        let text = e.to_string();
+        assert_eq!(
+            text,
+            "Produce for orders[3] on broker 127.0.0.1:9092 (node 1): NOT_LEADER_OR_FOLLOWER (6) (not the leader)"
+        );
+        assert!(e.is_retriable());
+        assert_eq!(e.kafka_code(), Some(KafkaCode::NOT_LEADER_OR_FOLLOWER));
+        let e = Error::kafka("CreateTopics", &b, Some("t"), None, 36, None);
+        assert!(!e.is_retriable());
+        assert!(e.to_string().contains("TOPIC_ALREADY_EXISTS"), "{e}");
+    }
+
+    #[test]
+    fn errors_are_clone_and_transport_errors_retriable() {
+        let e = Error::Io {
+            broker: BrokerRef::addr("h:1"),
+            source: Arc::new(io::Error::new(io::ErrorKind::BrokenPipe, "pipe")),
+        };
+        let c = e.clone();
+        assert_eq!(e.to_string(), c.to_string());
+        assert!(c.is_retriable() && c.is_connection_error());
+        let d = Error::Disconnected {
+            broker: BrokerRef::addr("h:1"),
+            hint: Some("while waiting for Metadata".into()),
+        };
+        assert_eq!(d.to_string(), "broker h:1 closed the connection while waiting for Metadata");
+    }
+}

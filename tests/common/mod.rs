@@ -1,0 +1,131 @@
+//! Shared helpers for the broker integration tests: finding the broker from
+//! the environment `scripts/kafka-local env` exports, unique topic names,
+//! and small produce/consume loops with bounded waits.
+//!
+//! Without `CLINK_KAFKA_BROKERS` a test returns early with a note — unless
+//! `CI=true`, where a missing broker fails the run (conventions: CI never
+//! silently skips).
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::time::{Duration, Instant};
+
+use clink_kafka::client::{
+    Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset,
+};
+use clink_kafka::wire::sasl::SaslMechanism;
+use clink_kafka::wire::secret::Secret;
+
+const NO_BROKER: &str = "CI=true but no broker: run scripts/kafka-local up and eval its env";
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn required_env(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if in_ci() => panic!("{NO_BROKER} ({var} is not set)"),
+        _ => {
+            eprintln!("note: {var} is not set; skipping this broker test (run scripts/kafka-local up and eval its env)");
+            None
+        }
+    }
+}
+
+/// The plaintext bootstrap list, or `None` (outside CI) when no broker is configured.
+pub fn brokers() -> Option<String> {
+    required_env("CLINK_KAFKA_BROKERS")
+}
+
+/// The SASL listener and credentials.
+pub struct SaslEnv {
+    pub brokers: String,
+    pub username: String,
+    pub password: String,
+}
+
+/// The SASL listener, or `None` (outside CI) when not configured.
+pub fn sasl() -> Option<SaslEnv> {
+    Some(SaslEnv {
+        brokers: required_env("CLINK_KAFKA_SASL_BROKERS")?,
+        username: required_env("CLINK_KAFKA_SASL_USERNAME")?,
+        password: required_env("CLINK_KAFKA_SASL_PASSWORD")?,
+    })
+}
+
+impl SaslEnv {
+    /// A client config for `mechanism` with `password`.
+    pub fn config(&self, mechanism: SaslMechanism, password: &str) -> ClientConfig {
+        ClientConfig::new(&self.brokers).with_sasl(mechanism, self.username.clone(), Secret::new(password))
+    }
+}
+
+/// A topic name no other test run uses.
+pub fn unique_topic(prefix: &str) -> String {
+    let mut random = [0u8; 4];
+    getrandom::fill(&mut random).expect("OS randomness");
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("clink-test-{prefix}-{ms}-{:08x}", u32::from_be_bytes(random))
+}
+
+/// A config with short timeouts, so a broken test fails fast.
+pub fn config(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new(brokers);
+    c.client_id = "clink-kafka-tests".into();
+    c.request_timeout = Duration::from_secs(15);
+    c.connect_timeout = Duration::from_secs(5);
+    c.metadata_max_wait = Duration::from_secs(20);
+    c
+}
+
+/// Connects, bounded.
+pub async fn cluster(config: ClientConfig) -> Cluster {
+    tokio::time::timeout(Duration::from_secs(30), Cluster::connect(config))
+        .await
+        .expect("connecting to the cluster timed out")
+        .expect("connecting to the cluster")
+}
+
+/// Creates a fresh topic and waits until it is usable.
+pub async fn create_topic(cluster: &Cluster, topic: NewTopic) {
+    Admin::new(cluster.clone())
+        .create_topics(&[topic])
+        .await
+        .expect("creating the topic");
+}
+
+/// Reads `topic[partition]` from `start` until `count` records arrived (or
+/// 30 s passed), then checks that nothing more arrives for a moment.
+pub async fn consume_exactly(
+    cluster: &Cluster,
+    config: ConsumerConfig,
+    topic: &str,
+    partition: i32,
+    start: Offset,
+    count: usize,
+) -> Vec<ConsumerRecord> {
+    let mut consumer = Consumer::new(cluster.clone(), config);
+    consumer.assign(&[(topic, partition)]);
+    consumer.seek(topic, partition, start).await.expect("seek");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while out.len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {count} records arrived from {topic}[{partition}] within 30 s",
+            out.len()
+        );
+        out.extend(consumer.poll(Duration::from_millis(500)).await.expect("poll"));
+    }
+    let extra = consumer.poll(Duration::from_millis(300)).await.expect("poll");
+    assert!(
+        extra.is_empty() && out.len() == count,
+        "{} records beyond the expected {count}",
+        out.len() + extra.len() - count
+    );
+    out
+}
