@@ -216,14 +216,8 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Kafka { code, .. } => code.is_retriable(),
-            Error::Connect { .. }
-            | Error::ConnectTimeout { .. }
-            | Error::Io { .. }
-            | Error::Disconnected { .. }
-            | Error::ConnectionClosed { .. }
-            | Error::RequestTimeout { .. }
-            | Error::LeaderNotAvailable { .. } => true,
-            _ => false,
+            Error::LeaderNotAvailable { .. } => true,
+            other => other.is_connection_error(),
         }
     }
 
