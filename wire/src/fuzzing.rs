@@ -141,14 +141,26 @@ pub fn record_batches(data: Bytes, verify_crc: bool) {
     for batch in BatchIter::new(data.clone(), opts) {
         let Ok(batch) = batch else { break };
         let _ = batch.control_record();
+        let mut fast = Vec::new();
         for r in batch.records() {
             match r {
                 Ok(r) => {
                     let _ = batch.to_owned_record(&r);
+                    fast.push(Ok(r));
                 }
-                Err(_) => break,
+                Err(e) => {
+                    fast.push(Err(e.to_string()));
+                    break;
+                }
             }
         }
+        // The fast record parser must agree with the careful one exactly.
+        let slow: Vec<_> = batch
+            .records_slow_path()
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        assert_eq!(fast, slow, "fast and slow record parsers disagree");
     }
     let _ = RecordBatch::decode_exact(&data, &opts);
 }

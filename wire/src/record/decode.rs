@@ -198,12 +198,36 @@ impl RecordBatch {
     /// `record_count` items, or an error where the bytes disagree with it.
     pub fn records(&self) -> RecordIter<'_> {
         RecordIter {
-            buf: &self.records,
-            pos: 0,
+            rest: &self.records,
             left: self.header.record_count as u32,
             header: &self.header,
             failed: false,
         }
+    }
+
+    /// The records through the careful parser only, for tests that pin the
+    /// fast path to it.
+    #[cfg(any(test, fuzzing))]
+    pub fn records_slow_path(&self) -> Vec<Result<RecordRef<'_>>> {
+        let mut it = self.records();
+        let mut out = Vec::new();
+        while it.left > 0 {
+            it.left -= 1;
+            let r = it.parse_slow();
+            let stop = r.is_err();
+            out.push(r);
+            if stop {
+                return out;
+            }
+        }
+        if !it.rest.is_empty() {
+            out.push(Err(Error::RecordCountMismatch {
+                base_offset: self.header.base_offset,
+                declared: self.header.record_count,
+                detail: "bytes remain after the last of them",
+            }));
+        }
+        out
     }
 
     /// Decodes every record into owned values that share this batch's buffer.
@@ -380,18 +404,190 @@ fn take_field<'a>(buf: &'a [u8], context: &'static str) -> Result<(Option<&'a [u
 /// Iterates a batch's records as [`RecordRef`]s.
 #[derive(Clone, Debug)]
 pub struct RecordIter<'a> {
-    buf: &'a [u8],
-    pos: usize,
+    /// The records not yet read.
+    rest: &'a [u8],
     left: u32,
     header: &'a BatchHeader,
     failed: bool,
 }
 
+/// Fast-path varint readers for the record loop: one to three bytes are
+/// decoded inline (every field of a typical record fits in two); anything
+/// longer goes to the general readers in [`crate::codec`]. `None` means "not
+/// valid here"; the caller then re-parses on the slow path for the precise
+/// error, so the two paths cannot disagree on what is accepted.
+#[inline(always)]
+fn fast_uvarint(b: &mut &[u8]) -> Option<u32> {
+    let s: &[u8] = b;
+    match s {
+        &[b0, ref rest @ ..] if b0 & 0x80 == 0 => {
+            *b = rest;
+            Some(u32::from(b0))
+        }
+        &[b0, b1, ref rest @ ..] if b1 & 0x80 == 0 => {
+            *b = rest;
+            Some(u32::from(b0 & 0x7f) | (u32::from(b1) << 7))
+        }
+        &[b0, b1, b2, ref rest @ ..] if b2 & 0x80 == 0 => {
+            *b = rest;
+            Some(u32::from(b0 & 0x7f) | (u32::from(b1 & 0x7f) << 7) | (u32::from(b2) << 14))
+        }
+        _ => {
+            let (v, n) = crate::codec::read_unsigned_varint(b, "").ok()?;
+            *b = &b[n..];
+            Some(v)
+        }
+    }
+}
+
+#[inline(always)]
+fn fast_varint(b: &mut &[u8]) -> Option<i32> {
+    let u = fast_uvarint(b)?;
+    Some(((u >> 1) as i32) ^ -((u & 1) as i32))
+}
+
+#[inline(always)]
+fn fast_varlong(b: &mut &[u8]) -> Option<i64> {
+    let s: &[u8] = b;
+    match s {
+        &[b0, ref rest @ ..] if b0 & 0x80 == 0 => {
+            *b = rest;
+            let u = u64::from(b0);
+            Some(((u >> 1) as i64) ^ -((u & 1) as i64))
+        }
+        &[b0, b1, ref rest @ ..] if b1 & 0x80 == 0 => {
+            *b = rest;
+            let u = u64::from(b0 & 0x7f) | (u64::from(b1) << 7);
+            Some(((u >> 1) as i64) ^ -((u & 1) as i64))
+        }
+        _ => {
+            let (v, n) = read_varlong(b, "").ok()?;
+            *b = &b[n..];
+            Some(v)
+        }
+    }
+}
+
+/// An unsigned varint of one or two bytes at the low end of `x` (bytes in
+/// little-endian order), with the bytes it took.
+#[inline(always)]
+fn word_varint(x: u64) -> Option<(u32, usize)> {
+    let x = x as u32;
+    if x & 0x80 == 0 {
+        Some((x & 0x7f, 1))
+    } else if x & 0x8000 == 0 {
+        Some(((x & 0x7f) | ((x >> 1) & 0x3f80), 2))
+    } else {
+        None
+    }
+}
+
+/// A length-prefixed field; `Some(None)` is a null (-1).
+#[inline(always)]
+fn fast_field<'a>(b: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
+    let len = fast_varint(b)?;
+    if len < 0 {
+        return if len == -1 { Some(None) } else { None };
+    }
+    let s: &'a [u8] = b;
+    let (field, rest) = s.split_at_checked(len as usize)?;
+    *b = rest;
+    Some(Some(field))
+}
+
 impl<'a> RecordIter<'a> {
+    /// Parses the next record: a branch-light fast path, falling back to
+    /// [`parse_slow`](Self::parse_slow) (which names the exact fault) on any
+    /// irregularity.
     #[inline]
     fn parse_one(&mut self) -> Result<RecordRef<'a>> {
+        match Self::parse_fast(self.header, self.rest) {
+            Some((r, rest)) => {
+                self.rest = rest;
+                Ok(r)
+            }
+            None => self.parse_slow(),
+        }
+    }
+
+    #[inline(always)]
+    fn parse_fast(h: &BatchHeader, rest: &'a [u8]) -> Option<(RecordRef<'a>, &'a [u8])> {
+        let mut b = rest;
+        let len = fast_varint(&mut b)?;
+        let (body, after) = b.split_at_checked(usize::try_from(len).ok()?)?;
+        let (ts_delta, off_delta, key, mut p) = match Self::prefix_word(body) {
+            Some(prefix) => prefix,
+            None => {
+                let (_attributes, mut p) = body.split_first()?;
+                let ts_delta = fast_varlong(&mut p)?;
+                let off_delta = fast_varint(&mut p)?;
+                let key = fast_field(&mut p)?;
+                (ts_delta, off_delta, key, p)
+            }
+        };
+        let value = fast_field(&mut p)?;
+        let count = fast_varint(&mut p)?;
+        let headers_raw = p;
+        if count != 0 {
+            if count < 0 || count as usize > p.len() / 2 {
+                return None;
+            }
+            for _ in 0..count {
+                fast_field(&mut p)??;
+                fast_field(&mut p)?;
+            }
+        }
+        if !p.is_empty() {
+            return None;
+        }
+        Some((
+            RecordRef {
+                offset: h.base_offset.wrapping_add(i64::from(off_delta)),
+                timestamp: if h.attributes & super::TIMESTAMP_TYPE_BIT != 0 {
+                    h.max_timestamp
+                } else {
+                    h.base_timestamp.wrapping_add(ts_delta)
+                },
+                key,
+                value,
+                headers_raw,
+                header_count: count as u32,
+            },
+            after,
+        ))
+    }
+
+    /// The record prefix (attributes, timestamp delta, offset delta, key)
+    /// from one 8-byte load, when each varint takes one or two bytes (the
+    /// usual case); `None` sends the record to the byte-wise path.
+    #[inline(always)]
+    #[allow(clippy::type_complexity)]
+    fn prefix_word(body: &'a [u8]) -> Option<(i64, i32, Option<&'a [u8]>, &'a [u8])> {
+        let word: [u8; 8] = body.get(1..9)?.try_into().ok()?;
+        let x = u64::from_le_bytes(word);
+        let (ts, n1) = word_varint(x)?;
+        let x = x >> (8 * n1);
+        let (off, n2) = word_varint(x)?;
+        let x = x >> (8 * n2);
+        let (klen, n3) = word_varint(x)?;
+        let p = &body[1 + n1 + n2 + n3..];
+        let ts = i64::from(((ts >> 1) as i32) ^ -((ts & 1) as i32));
+        let off = ((off >> 1) as i32) ^ -((off & 1) as i32);
+        let klen = ((klen >> 1) as i32) ^ -((klen & 1) as i32);
+        if klen < 0 {
+            return (klen == -1).then_some((ts, off, None, p));
+        }
+        let (key, p) = p.split_at_checked(klen as usize)?;
+        Some((ts, off, Some(key), p))
+    }
+
+    /// The careful parser: the same grammar as `parse_fast`, with a precise
+    /// error for every way a record can be malformed.
+    #[cold]
+    #[inline(never)]
+    fn parse_slow(&mut self) -> Result<RecordRef<'a>> {
         let h = self.header;
-        let rest = &self.buf[self.pos..];
+        let rest = self.rest;
         if rest.is_empty() {
             return Err(Error::RecordCountMismatch {
                 base_offset: h.base_offset,
@@ -408,7 +604,7 @@ impl<'a> RecordIter<'a> {
             });
         }
         let body = &rest[n..n + len as usize];
-        self.pos += n + len as usize;
+        self.rest = &rest[n + len as usize..];
 
         // attributes (unused in v2) must be present
         let Some((_, b)) = body.split_first() else {
@@ -473,7 +669,7 @@ impl<'a> Iterator for RecordIter<'a> {
             return None;
         }
         if self.left == 0 {
-            if self.pos != self.buf.len() {
+            if !self.rest.is_empty() {
                 self.failed = true;
                 return Some(Err(Error::RecordCountMismatch {
                     base_offset: self.header.base_offset,

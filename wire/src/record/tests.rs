@@ -366,4 +366,21 @@ proptest! {
             }
         }
     }
+
+    /// The fast record parser accepts exactly what the careful one accepts,
+    /// and yields the same records and the same first error.
+    #[test]
+    fn prop_fast_and_slow_paths_agree(recs in arb_records(), edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3)) {
+        let mut b = encode(&BatchMeta::default(), &recs).to_vec();
+        for (at, byte) in edits {
+            let i = at % b.len();
+            b[i] = byte;
+        }
+        let o = DecodeOptions { verify_crc: false, ..opts() };
+        if let Ok(Some((batch, _))) = RecordBatch::decode(&Bytes::from(b), &o) {
+            let fast: Vec<_> = batch.records().map(|r| r.map_err(|e| e.to_string())).collect();
+            let slow: Vec<_> = batch.records_slow_path().into_iter().map(|r| r.map_err(|e| e.to_string())).collect();
+            prop_assert_eq!(fast, slow);
+        }
+    }
 }
