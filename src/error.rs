@@ -291,6 +291,9 @@ mod tests {
             broker: BrokerRef::addr("h:1"),
             hint: Some("while waiting for Metadata".into()),
         };
-        assert_eq!(d.to_string(), "broker h:1 closed the connection while waiting for Metadata");
+        assert_eq!(
+            d.to_string(),
+            "broker h:1 closed the connection while waiting for Metadata"
+        );
     }
 }

@@ -50,9 +50,19 @@ fn roundtrip_command_verifies_20000_records() {
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "roundtrip failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-        assert!(stdout.contains("verified: all 20,000 records arrived exactly once"), "{stdout}");
-        assert!(stdout.contains("produce: 20,000 records") && stdout.contains("consume: 20,000 records"), "{stdout}");
+        assert!(
+            out.status.success(),
+            "roundtrip failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            out.status
+        );
+        assert!(
+            stdout.contains("verified: all 20,000 records arrived exactly once"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("produce: 20,000 records") && stdout.contains("consume: 20,000 records"),
+            "{stdout}"
+        );
         assert!(stdout.contains("records/s") && stdout.contains("ns/record"), "{stdout}");
         assert!(stdout.contains(&format!("compression {compression}")), "{stdout}");
     }
@@ -62,7 +72,13 @@ fn roundtrip_command_verifies_20000_records() {
 fn roundtrip_command_fails_cleanly_without_a_broker() {
     // Nothing listens on port 1: connect fails fast with a clear message.
     let out = run_with_deadline(
-        Command::new(env!("CARGO_BIN_EXE_clink-kafka")).args(["roundtrip", "--brokers", "127.0.0.1:1", "--records", "10"]),
+        Command::new(env!("CARGO_BIN_EXE_clink-kafka")).args([
+            "roundtrip",
+            "--brokers",
+            "127.0.0.1:1",
+            "--records",
+            "10",
+        ]),
         Duration::from_secs(60),
     );
     assert!(!out.status.success());

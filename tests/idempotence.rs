@@ -32,11 +32,17 @@ async fn producer_id_and_increasing_sequences() {
     let mut futures = Vec::new();
     for round in 0..3 {
         for i in 0..40 {
-            let r = ProducerRecord::new(&topic, format!("round {round} record {i} {}", "x".repeat(50))).with_partition(0);
+            let r =
+                ProducerRecord::new(&topic, format!("round {round} record {i} {}", "x".repeat(50))).with_partition(0);
             futures.push(producer.send(r).await.unwrap());
         }
         for i in 0..5 {
-            futures.push(producer.send(ProducerRecord::new(&topic, format!("p1 {round} {i}")).with_partition(1)).await.unwrap());
+            futures.push(
+                producer
+                    .send(ProducerRecord::new(&topic, format!("p1 {round} {i}")).with_partition(1))
+                    .await
+                    .unwrap(),
+            );
         }
         producer.flush(Duration::from_secs(30)).await.unwrap();
     }
@@ -45,21 +51,44 @@ async fn producer_id_and_increasing_sequences() {
     }
 
     for (partition, count) in [(0, 120usize), (1, 15)] {
-        let got = common::consume_exactly(&cluster, ConsumerConfig::default(), &topic, partition, Offset::Earliest, count).await;
+        let got = common::consume_exactly(
+            &cluster,
+            ConsumerConfig::default(),
+            &topic,
+            partition,
+            Offset::Earliest,
+            count,
+        )
+        .await;
         let mut batches = Vec::new();
         for r in &got {
-            assert_eq!(r.batch.producer_id, identity.producer_id, "producer id in the batch header");
+            assert_eq!(
+                r.batch.producer_id, identity.producer_id,
+                "producer id in the batch header"
+            );
             assert_eq!(r.batch.producer_epoch, identity.producer_epoch);
             // A fresh partition written by one producer: sequence == offset.
-            assert_eq!(r.sequence() as i64, r.record.offset, "sequence of offset {}", r.record.offset);
+            assert_eq!(
+                r.sequence() as i64,
+                r.record.offset,
+                "sequence of offset {}",
+                r.record.offset
+            );
             if batches.last() != Some(&(r.batch.base_offset, r.batch.base_sequence)) {
                 batches.push((r.batch.base_offset, r.batch.base_sequence));
             }
         }
-        assert!(batches.len() >= 3, "{partition}: expected several batches, got {batches:?}");
+        assert!(
+            batches.len() >= 3,
+            "{partition}: expected several batches, got {batches:?}"
+        );
         for w in batches.windows(2) {
             assert!(w[1].1 > w[0].1, "{partition}: sequences must increase: {batches:?}");
-            assert_eq!(w[1].1 as i64 - w[0].1 as i64, w[1].0 - w[0].0, "no gap between batches: {batches:?}");
+            assert_eq!(
+                w[1].1 as i64 - w[0].1 as i64,
+                w[1].0 - w[0].0,
+                "no gap between batches: {batches:?}"
+            );
         }
         assert_eq!(batches[0], (0, 0));
     }

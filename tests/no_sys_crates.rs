@@ -12,10 +12,17 @@ fn default_build_has_no_sys_crates() {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo tree");
-    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tree = String::from_utf8_lossy(&out.stdout);
     let crates: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    assert!(crates.contains(&"clink-kafka-wire"), "unexpected cargo tree output:\n{tree}");
+    assert!(
+        crates.contains(&"clink-kafka-wire"),
+        "unexpected cargo tree output:\n{tree}"
+    );
     let bad: Vec<&&str> = crates
         .iter()
         .filter(|c| c.ends_with("-sys") || **c == "cmake" || **c == "cc" || **c == "openssl" || **c == "pkg-config")

@@ -49,7 +49,15 @@ async fn keys_land_where_java_puts_them() {
     }
     // And the broker agrees: each partition holds exactly those keys.
     for (partition, count) in per_partition {
-        let got = common::consume_exactly(&cluster, ConsumerConfig::default(), &topic, partition, Offset::Earliest, count).await;
+        let got = common::consume_exactly(
+            &cluster,
+            ConsumerConfig::default(),
+            &topic,
+            partition,
+            Offset::Earliest,
+            count,
+        )
+        .await;
         for r in got {
             let key = String::from_utf8(r.record.key.unwrap().to_vec()).unwrap();
             let want = JAVA_PARTITION_OF_7.iter().find(|(k, _)| *k == key).unwrap().1;

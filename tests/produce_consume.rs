@@ -58,9 +58,13 @@ async fn every_record_field_round_trips() {
             .with_header("empty", None)
             .with_header("trace", Some(Bytes::from_static(b"def"))),
         // A 0-byte value (not null).
-        ProducerRecord::new(&topic, Bytes::new()).with_key("zero").with_timestamp(ts + 4),
+        ProducerRecord::new(&topic, Bytes::new())
+            .with_key("zero")
+            .with_timestamp(ts + 4),
         // 1 MiB.
-        ProducerRecord::new(&topic, big.clone()).with_key("big").with_timestamp(ts + 5),
+        ProducerRecord::new(&topic, big.clone())
+            .with_key("big")
+            .with_timestamp(ts + 5),
         // Timestamp chosen by the producer (now).
         ProducerRecord::new(&topic, "now").with_key("k6"),
     ];
@@ -77,14 +81,26 @@ async fn every_record_field_round_trips() {
     }
     assert_eq!(offsets, (0..records.len() as i64).collect::<Vec<_>>());
 
-    let got = common::consume_exactly(&cluster, ConsumerConfig::default(), &topic, 0, Offset::Earliest, records.len()).await;
+    let got = common::consume_exactly(
+        &cluster,
+        ConsumerConfig::default(),
+        &topic,
+        0,
+        Offset::Earliest,
+        records.len(),
+    )
+    .await;
     for (i, (sent, r)) in records.iter().zip(&got).enumerate() {
         assert_eq!(r.record.offset, i as i64);
         assert_eq!(r.record.key, sent.key, "record {i} key");
         assert_eq!(r.record.value, sent.value, "record {i} value");
         match sent.timestamp {
             Some(t) => assert_eq!(r.record.timestamp, t, "record {i} timestamp"),
-            None => assert!(r.record.timestamp > ts, "record {i}: producer-chosen timestamp {}", r.record.timestamp),
+            None => assert!(
+                r.record.timestamp > ts,
+                "record {i}: producer-chosen timestamp {}",
+                r.record.timestamp
+            ),
         }
         let headers: Vec<(Vec<u8>, Option<Vec<u8>>)> = r
             .record
@@ -99,7 +115,11 @@ async fn every_record_field_round_trips() {
             .collect();
         assert_eq!(headers, want, "record {i} headers");
     }
-    assert_eq!(got[4].record.value.as_deref(), Some(&b""[..]), "0-byte value is empty, not null");
+    assert_eq!(
+        got[4].record.value.as_deref(),
+        Some(&b""[..]),
+        "0-byte value is empty, not null"
+    );
     assert_eq!(got[5].record.value.as_ref().map(Bytes::len), Some(ONE_MIB));
 }
 
@@ -125,7 +145,9 @@ async fn each_compression_codec_round_trips() {
         let mut futures = Vec::new();
         for i in 0..500 {
             let value = format!("{codec} record {i} {}", "payload ".repeat(i % 7));
-            let r = ProducerRecord::new(&topic, value).with_key(format!("{i}")).with_partition(p as i32);
+            let r = ProducerRecord::new(&topic, value)
+                .with_key(format!("{i}"))
+                .with_partition(p as i32);
             futures.push(producer.send(r).await.unwrap());
         }
         producer.flush(Duration::from_secs(30)).await.unwrap();
@@ -173,7 +195,12 @@ async fn acks_one_and_zero_deliver() {
         assert!(producer.identity().is_none());
         let mut futures = Vec::new();
         for i in 0..100 {
-            futures.push(producer.send(ProducerRecord::new(&topic, format!("{i}")).with_partition(p)).await.unwrap());
+            futures.push(
+                producer
+                    .send(ProducerRecord::new(&topic, format!("{i}")).with_partition(p))
+                    .await
+                    .unwrap(),
+            );
         }
         producer.flush(Duration::from_secs(30)).await.unwrap();
         for (i, f) in futures.into_iter().enumerate() {
@@ -184,7 +211,10 @@ async fn acks_one_and_zero_deliver() {
             }
         }
         let got = common::consume_exactly(&cluster, ConsumerConfig::default(), &topic, p, Offset::Earliest, 100).await;
-        assert!(got.iter().all(|r| r.batch.producer_id == -1), "non-idempotent batches carry no producer id");
+        assert!(
+            got.iter().all(|r| r.batch.producer_id == -1),
+            "non-idempotent batches carry no producer id"
+        );
     }
     // The idempotent producer refuses acks != all.
     let err = Producer::new(

@@ -37,7 +37,12 @@ async fn read_committed_without_transactions_reads_to_the_end() {
     let producer = Producer::new(cluster.clone(), ProducerConfig::default()).await.unwrap();
     let mut futures = Vec::new();
     for i in 0..50 {
-        futures.push(producer.send(ProducerRecord::new(&topic, format!("{i}"))).await.unwrap());
+        futures.push(
+            producer
+                .send(ProducerRecord::new(&topic, format!("{i}")))
+                .await
+                .unwrap(),
+        );
     }
     producer.flush(Duration::from_secs(30)).await.unwrap();
     for f in futures {
@@ -47,7 +52,11 @@ async fn read_committed_without_transactions_reads_to_the_end() {
     assert_eq!(got.last().unwrap().record.offset, 49);
     let mut consumer = Consumer::new(cluster.clone(), read_committed());
     consumer.assign(&[(topic.as_str(), 0)]);
-    assert_eq!(consumer.seek(&topic, 0, Offset::Latest).await.unwrap(), 50, "latest = LSO = HW");
+    assert_eq!(
+        consumer.seek(&topic, 0, Offset::Latest).await.unwrap(),
+        50,
+        "latest = LSO = HW"
+    );
     let _ = consumer.poll(Duration::from_millis(200)).await.unwrap();
     assert_eq!(consumer.watermarks(&topic, 0), Some((50, 50)));
 }
@@ -68,7 +77,10 @@ fn java_classpath() -> Option<String> {
         .exists()
         .then(|| format!("{}/*", lib.display()))
         .or_else(|| {
-            std::fs::read_dir(&lib).ok()?.flatten().any(|e| e.file_name().to_string_lossy().starts_with("kafka-clients-"))
+            std::fs::read_dir(&lib)
+                .ok()?
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("kafka-clients-"))
                 .then(|| format!("{}/*", lib.display()))
         })
 }
@@ -164,7 +176,9 @@ async fn read_committed_skips_aborted_and_stops_at_lso() {
     let Some(brokers) = common::brokers() else { return };
     let Some(classpath) = java_classpath() else {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but the Java client jars are missing (.kafka-local/broker-lib): run scripts/kafka-local up");
+            panic!(
+                "CI=true but the Java client jars are missing (.kafka-local/broker-lib): run scripts/kafka-local up"
+            );
         }
         eprintln!("note: no kafka-clients jar found; skipping the transaction test");
         return;
@@ -187,7 +201,10 @@ async fn read_committed_skips_aborted_and_stops_at_lso() {
         assert!(more.is_empty(), "read past the LSO: {:?}", keys(&more));
     }
     let (hw, lso) = rc.watermarks(&topic, 0).unwrap();
-    assert!(lso < hw, "an open transaction keeps the LSO ({lso}) below the high watermark ({hw})");
+    assert!(
+        lso < hw,
+        "an open transaction keeps the LSO ({lso}) below the high watermark ({hw})"
+    );
     assert_eq!(rc.position(&topic, 0), Some(lso), "stopped exactly at the LSO");
     // Offsets: c0-4 at 0-4, COMMIT 5, a0-4 6-10, ABORT 11, c5-9 12-16, COMMIT 17, o0-4 18-22.
     assert_eq!(lso, 18);
@@ -201,14 +218,20 @@ async fn read_committed_skips_aborted_and_stops_at_lso() {
     ru.assign(&[(topic.as_str(), 0)]);
     ru.seek(&topic, 0, Offset::Earliest).await.unwrap();
     let all = poll_until(&mut ru, 20, "read_uncommitted").await;
-    let want: Vec<String> = ["c0", "c1", "c2", "c3", "c4", "a0", "a1", "a2", "a3", "a4", "c5", "c6", "c7", "c8", "c9"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain((0..5).map(|i| format!("o{i}")))
-        .collect();
+    let want: Vec<String> = [
+        "c0", "c1", "c2", "c3", "c4", "a0", "a1", "a2", "a3", "a4", "c5", "c6", "c7", "c8", "c9",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain((0..5).map(|i| format!("o{i}")))
+    .collect();
     assert_eq!(keys(&all), want);
     let more = ru.poll(Duration::from_millis(300)).await.unwrap();
-    assert!(more.is_empty(), "control records must never be delivered: {:?}", keys(&more));
+    assert!(
+        more.is_empty(),
+        "control records must never be delivered: {:?}",
+        keys(&more)
+    );
 
     // Commit the open transaction: read_committed moves on.
     writeln!(java.child.stdin.as_mut().unwrap()).unwrap();

@@ -21,7 +21,12 @@ async fn round_trip(mechanism: SaslMechanism) {
     let producer = Producer::new(cluster.clone(), ProducerConfig::default()).await.unwrap();
     let mut futures = Vec::new();
     for i in 0..10 {
-        futures.push(producer.send(ProducerRecord::new(&topic, format!("{mechanism} {i}"))).await.unwrap());
+        futures.push(
+            producer
+                .send(ProducerRecord::new(&topic, format!("{mechanism} {i}")))
+                .await
+                .unwrap(),
+        );
     }
     producer.flush(Duration::from_secs(30)).await.unwrap();
     for f in futures {
@@ -52,7 +57,11 @@ async fn plain_round_trip() {
 async fn wrong_password_is_an_auth_error_naming_the_mechanism() {
     let Some(sasl) = common::sasl() else { return };
     let wrong = "not-the-password-0xdeadbeef";
-    for mechanism in [SaslMechanism::ScramSha256, SaslMechanism::ScramSha512, SaslMechanism::Plain] {
+    for mechanism in [
+        SaslMechanism::ScramSha256,
+        SaslMechanism::ScramSha512,
+        SaslMechanism::Plain,
+    ] {
         let started = Instant::now();
         let result = tokio::time::timeout(Duration::from_secs(20), Cluster::connect(sasl.config(mechanism, wrong)))
             .await
@@ -60,14 +69,19 @@ async fn wrong_password_is_an_auth_error_naming_the_mechanism() {
         let err = result.expect_err("a wrong password must not authenticate");
         let text = err.to_string();
         match &err {
-            Error::Authentication { mechanism: m, message, .. } => {
+            Error::Authentication {
+                mechanism: m, message, ..
+            } => {
                 assert_eq!(*m, mechanism.name());
                 assert!(!message.is_empty());
             }
             other => panic!("{mechanism}: expected an authentication error, got {other:?}"),
         }
         assert!(text.contains(mechanism.name()), "{text}");
-        assert!(!text.contains(wrong) && !format!("{err:?}").contains(wrong), "the password leaked: {text}");
+        assert!(
+            !text.contains(wrong) && !format!("{err:?}").contains(wrong),
+            "the password leaked: {text}"
+        );
         eprintln!("{mechanism}: failed in {:?}: {text}", started.elapsed());
     }
 }
@@ -81,7 +95,10 @@ async fn plaintext_client_on_sasl_port_fails_clearly() {
     let err = result.expect_err("the SASL listener must not serve an unauthenticated client");
     let text = err.to_string();
     assert!(matches!(err, Error::Disconnected { .. }), "{err:?}");
-    assert!(text.contains("closed the connection") && text.contains("SASL"), "{text}");
+    assert!(
+        text.contains("closed the connection") && text.contains("SASL"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,5 +115,8 @@ async fn mechanism_the_listener_lacks_is_refused_without_fallback() {
         .expect("must fail, not hang");
     let err = result.expect_err("SASL on a plaintext listener must fail");
     eprintln!("{err}");
-    assert!(err.to_string().contains("SCRAM-SHA-256") || err.is_connection_error(), "{err}");
+    assert!(
+        err.to_string().contains("SCRAM-SHA-256") || err.is_connection_error(),
+        "{err}"
+    );
 }

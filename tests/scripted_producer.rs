@@ -110,7 +110,11 @@ async fn serve(mut s: TcpStream, port: u16, script: Arc<Mutex<Script>>) {
                     let mut sc = script.lock().unwrap();
                     let batch = RecordBatch::decode_exact(&records, &DecodeOptions::default()).unwrap();
                     sc.batches.push(records);
-                    let code = if sc.produce_errors.is_empty() { 0 } else { sc.produce_errors.remove(0) };
+                    let code = if sc.produce_errors.is_empty() {
+                        0
+                    } else {
+                        sc.produce_errors.remove(0)
+                    };
                     let base = sc.next_offset;
                     if code == 0 {
                         sc.next_offset += i64::from(batch.header.record_count);
@@ -176,7 +180,9 @@ async fn send_batch(producer: &Producer, values: &[&str]) -> Vec<clink_kafka::Re
 }
 
 fn header(batch: &Bytes) -> clink_kafka::wire::record::BatchHeader {
-    RecordBatch::decode_exact(batch, &DecodeOptions::default()).unwrap().header
+    RecordBatch::decode_exact(batch, &DecodeOptions::default())
+        .unwrap()
+        .header
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,13 +197,24 @@ async fn retriable_refusal_resends_identical_bytes() {
     assert_eq!(second[0].as_ref().unwrap(), &2);
 
     let sc = script.lock().unwrap();
-    assert_eq!(sc.batches.len(), 4, "three attempts for the first batch, one for the second");
+    assert_eq!(
+        sc.batches.len(),
+        4,
+        "three attempts for the first batch, one for the second"
+    );
     assert_eq!(sc.batches[0], sc.batches[1], "a retry sends the same bytes");
     assert_eq!(sc.batches[1], sc.batches[2], "a retry sends the same bytes");
     let first = header(&sc.batches[0]);
-    assert_eq!((first.producer_id, first.producer_epoch, first.base_sequence), (PRODUCER_ID, 0, 0));
+    assert_eq!(
+        (first.producer_id, first.producer_epoch, first.base_sequence),
+        (PRODUCER_ID, 0, 0)
+    );
     assert_eq!(first.record_count, 2);
-    assert_eq!(header(&sc.batches[3]).base_sequence, 2, "the next batch continues the sequence");
+    assert_eq!(
+        header(&sc.batches[3]).base_sequence,
+        2,
+        "the next batch continues the sequence"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,5 +232,9 @@ async fn definite_refusal_gives_the_sequence_back() {
     let sc = script.lock().unwrap();
     assert_eq!(sc.batches.len(), 2, "a non-retriable refusal is not retried");
     assert_eq!(header(&sc.batches[0]).base_sequence, 0);
-    assert_eq!(header(&sc.batches[1]).base_sequence, 0, "the refused batch's sequence numbers are reused");
+    assert_eq!(
+        header(&sc.batches[1]).base_sequence,
+        0,
+        "the refused batch's sequence numbers are reused"
+    );
 }

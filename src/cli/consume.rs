@@ -57,9 +57,17 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         Some(p) => consumer.assign(&[(args.topic.as_str(), p)]),
         None => consumer.assign_topic(&args.topic).await?,
     }
-    let start = if args.from_beginning { Offset::Earliest } else { Offset::Latest };
+    let start = if args.from_beginning {
+        Offset::Earliest
+    } else {
+        Offset::Latest
+    };
     consumer.seek_all(start).await.context("seeking")?;
-    let template = if args.format == "json" { None } else { Some(parse_template(&args.format)) };
+    let template = if args.format == "json" {
+        None
+    } else {
+        Some(parse_template(&args.format))
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut seen: u64 = 0;

@@ -63,7 +63,9 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         batch_size: args.batch_size,
         ..ProducerConfig::default()
     };
-    let producer = Producer::new(cluster, producer_config).await.context("starting the producer")?;
+    let producer = Producer::new(cluster, producer_config)
+        .await
+        .context("starting the producer")?;
     let headers: Vec<(String, Option<Bytes>)> = args
         .headers
         .iter()

@@ -139,7 +139,10 @@ impl Drop for Progress {
 /// Runs `roundtrip`.
 pub async fn run(args: RoundtripArgs) -> anyhow::Result<()> {
     ensure!(args.records > 0, "--records must be positive");
-    ensure!(args.value_size >= 8, "--value-size must be at least 8 (the record index leads each value)");
+    ensure!(
+        args.value_size >= 8,
+        "--value-size must be at least 8 (the record index leads each value)"
+    );
     ensure!(args.partitions > 0, "--partitions must be positive");
     let compression: Compression = args.compression.parse().context("--compression")?;
     let config = args.connect.client_config()?;
@@ -167,7 +170,12 @@ pub async fn run(args: RoundtripArgs) -> anyhow::Result<()> {
     result
 }
 
-async fn produce_and_verify(args: &RoundtripArgs, cluster: &Cluster, topic: &str, compression: Compression) -> anyhow::Result<()> {
+async fn produce_and_verify(
+    args: &RoundtripArgs,
+    cluster: &Cluster,
+    topic: &str,
+    compression: Compression,
+) -> anyhow::Result<()> {
     let timeout = Duration::from_secs(args.timeout_secs);
     let parts = args.partitions as u64;
     let n = args.records;
@@ -186,7 +194,10 @@ async fn produce_and_verify(args: &RoundtripArgs, cluster: &Cluster, topic: &str
     .await
     .context("starting the producer")?;
     let identity = producer.identity().expect("idempotent by default");
-    println!("produce: idempotent producer id {} epoch {}", identity.producer_id, identity.producer_epoch);
+    println!(
+        "produce: idempotent producer id {} epoch {}",
+        identity.producer_id, identity.producer_epoch
+    );
     let acked = Arc::new(AtomicU64::new(0));
     let queued = Arc::new(AtomicU64::new(0));
     let progress = Progress::start("produce: acknowledged", acked.clone(), Some(queued.clone()), n);
@@ -216,7 +227,10 @@ async fn produce_and_verify(args: &RoundtripArgs, cluster: &Cluster, topic: &str
         let record = ProducerRecord::new(topic, Bytes::copy_from_slice(&value))
             .with_key(key)
             .with_partition((i % parts) as i32);
-        let fut = producer.send(record).await.with_context(|| format!("sending record {i}"))?;
+        let fut = producer
+            .send(record)
+            .await
+            .with_context(|| format!("sending record {i}"))?;
         pending.push_back((i, fut));
         queued.store(i + 1, Ordering::Relaxed);
         // Check reports as we go; the producer keeps one batch per
@@ -254,7 +268,10 @@ async fn produce_and_verify(args: &RoundtripArgs, cluster: &Cluster, topic: &str
     );
     let assignment: Vec<(&str, i32)> = (0..args.partitions).map(|p| (topic, p)).collect();
     consumer.assign(&assignment);
-    consumer.seek_all(Offset::Earliest).await.context("seeking to the beginning")?;
+    consumer
+        .seek_all(Offset::Earliest)
+        .await
+        .context("seeking to the beginning")?;
     let received = Arc::new(AtomicU64::new(0));
     let progress = Progress::start("consume", received.clone(), None, n);
     let cpu_start = ProcessTime::now();
@@ -283,12 +300,18 @@ async fn produce_and_verify(args: &RoundtripArgs, cluster: &Cluster, topic: &str
             }
             let key = r.record.key.as_deref().unwrap_or_default();
             if key != i.to_string().as_bytes() {
-                bail!("{topic}[{p}] offset {offset}: key {:?}, expected {i}", String::from_utf8_lossy(key));
+                bail!(
+                    "{topic}[{p}] offset {offset}: key {:?}, expected {i}",
+                    String::from_utf8_lossy(key)
+                );
             }
             fill_value(i, &mut expected);
             let got = r.record.value.as_deref().unwrap_or_default();
             if got != expected.as_slice() {
-                bail!("{topic}[{p}] offset {offset}: the value of record {i} differs from what was sent ({} bytes)", got.len());
+                bail!(
+                    "{topic}[{p}] offset {offset}: the value of record {i} differs from what was sent ({} bytes)",
+                    got.len()
+                );
             }
             bytes += (key.len() + got.len()) as u64;
             next_offset[p] += 1;
@@ -306,14 +329,25 @@ async fn produce_and_verify(args: &RoundtripArgs, cluster: &Cluster, topic: &str
     println!("{}", consume.line("consume"));
 
     // Nothing beyond: one more short poll, and the log end per partition.
-    let extra = consumer.poll(Duration::from_millis(300)).await.context("polling for extra records")?;
+    let extra = consumer
+        .poll(Duration::from_millis(300))
+        .await
+        .context("polling for extra records")?;
     if let Some(r) = extra.first() {
-        bail!("unexpected extra record at {}[{}] offset {}", r.topic, r.partition, r.record.offset);
+        bail!(
+            "unexpected extra record at {}[{}] offset {}",
+            r.topic,
+            r.partition,
+            r.record.offset
+        );
     }
     for p in 0..args.partitions {
         let end = consumer.list_offset(topic, p, Offset::Latest).await?;
         let want = next_offset[p as usize];
-        ensure!(end == want, "{topic}[{p}]: log end offset {end}, but {want} records were read");
+        ensure!(
+            end == want,
+            "{topic}[{p}]: log end offset {end}, but {want} records were read"
+        );
     }
     println!(
         "verified: all {} records arrived exactly once, in order, with the payloads sent",

@@ -132,7 +132,10 @@ impl Admin {
                 })
                 .collect();
         } else {
-            request.topic_names = topics.iter().map(|t| TopicName(StrBytes::from_string((*t).to_owned()))).collect();
+            request.topic_names = topics
+                .iter()
+                .map(|t| TopicName(StrBytes::from_string((*t).to_owned())))
+                .collect();
         }
         let response = conn.request_at(version, &request).await?;
         for r in &response.responses {

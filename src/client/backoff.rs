@@ -86,13 +86,21 @@ mod tests {
 
     #[test]
     fn delays_grow_and_stay_bounded() {
-        let mut b = Backoff::with_rng(Duration::from_millis(100), Duration::from_secs(1), Box::new(|| u64::MAX));
+        let mut b = Backoff::with_rng(
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+            Box::new(|| u64::MAX),
+        );
         // u64::MAX % (half + 1) is deterministic; check the bounds per step.
         let mut prev_ceiling = Duration::ZERO;
         for n in 0..10 {
             let d = b.next_delay();
             let ceiling = Duration::from_millis(100 * (1 << n)).min(Duration::from_secs(1));
-            assert!(d >= ceiling / 2 && d <= ceiling, "attempt {n}: {d:?} not in [{:?}, {ceiling:?}]", ceiling / 2);
+            assert!(
+                d >= ceiling / 2 && d <= ceiling,
+                "attempt {n}: {d:?} not in [{:?}, {ceiling:?}]",
+                ceiling / 2
+            );
             assert!(ceiling >= prev_ceiling);
             prev_ceiling = ceiling;
         }

@@ -78,7 +78,9 @@ pub struct Cluster {
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster").field("bootstrap", &self.inner.config.bootstrap).finish()
+        f.debug_struct("Cluster")
+            .field("bootstrap", &self.inner.config.bootstrap)
+            .finish()
     }
 }
 
@@ -131,7 +133,14 @@ impl Cluster {
     /// that any broker can answer: Metadata, CreateTopics, InitProducerId.
     pub async fn any_broker(&self) -> Result<BrokerConnection> {
         let live: Option<BrokerConnection> = {
-            let slots: Vec<Slot> = self.inner.connections.lock().expect("connections lock").values().cloned().collect();
+            let slots: Vec<Slot> = self
+                .inner
+                .connections
+                .lock()
+                .expect("connections lock")
+                .values()
+                .cloned()
+                .collect();
             let mut found = None;
             for s in slots {
                 if let Ok(guard) = s.try_lock() {
@@ -152,8 +161,12 @@ impl Cluster {
         }
         let mut last = None;
         // Known brokers first (they may have moved), then the bootstrap list.
-        let mut addrs: Vec<(Option<i32>, String)> =
-            self.metadata().brokers.values().map(|b| (Some(b.node_id), b.addr())).collect();
+        let mut addrs: Vec<(Option<i32>, String)> = self
+            .metadata()
+            .brokers
+            .values()
+            .map(|b| (Some(b.node_id), b.addr()))
+            .collect();
         addrs.sort();
         addrs.extend(self.inner.config.bootstrap.iter().map(|a| (None, a.clone())));
         for (node_id, addr) in addrs {
@@ -401,7 +414,6 @@ impl Cluster {
         }
     }
 }
-
 
 /// Whether `code` means the cached leadership or topic list is stale.
 pub(crate) fn needs_metadata_refresh(code: KafkaCode) -> bool {

@@ -205,7 +205,9 @@ impl BrokerConnection {
                 message: "not negotiated yet".into(),
             }),
         })?;
-        versions.choose(R::KEY, R::NAME, ours).map_err(|e| self.protocol_error(R::NAME, e))
+        versions
+            .choose(R::KEY, R::NAME, ours)
+            .map_err(|e| self.protocol_error(R::NAME, e))
     }
 
     /// Sends `body` at the highest common version and waits for the answer.
@@ -286,9 +288,13 @@ impl BrokerConnection {
     }
 
     fn closed_error(&self) -> Error {
-        self.shared.fatal.get().cloned().unwrap_or_else(|| Error::ConnectionClosed {
-            broker: self.shared.broker.clone(),
-        })
+        self.shared
+            .fatal
+            .get()
+            .cloned()
+            .unwrap_or_else(|| Error::ConnectionClosed {
+                broker: self.shared.broker.clone(),
+            })
     }
 
     fn protocol_error(&self, api: &'static str, e: clink_kafka_wire::Error) -> Error {
@@ -305,7 +311,9 @@ impl BrokerConnection {
             .with_client_software_name(StrBytes::from_static_str("clink-kafka"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
         let (correlation_id, frame) = self.encode(API_VERSIONS_FIRST, &request)?;
-        let raw = self.round_trip("ApiVersions", API_VERSIONS_FIRST, correlation_id, frame).await?;
+        let raw = self
+            .round_trip("ApiVersions", API_VERSIONS_FIRST, correlation_id, frame)
+            .await?;
         let parsed = ResponseFrame::parse(raw, ApiKey::ApiVersions, API_VERSIONS_FIRST)
             .map_err(|e| self.protocol_error("ApiVersions", e))?;
         if parsed.correlation_id != correlation_id {
@@ -323,14 +331,22 @@ impl BrokerConnection {
         let code = body.get(..2).map(|b| i16::from_be_bytes([b[0], b[1]]));
         let response = if code == Some(KafkaCode::UNSUPPORTED_VERSION.0) {
             tracing::debug!(broker = %self.shared.broker, "ApiVersions v3 unsupported; retrying with v0");
-            self.request_at::<ApiVersionsRequest>(0, &ApiVersionsRequest::default()).await?
+            self.request_at::<ApiVersionsRequest>(0, &ApiVersionsRequest::default())
+                .await?
         } else {
             parsed
                 .decode(API_VERSIONS_FIRST, "ApiVersions")
                 .map_err(|e| self.protocol_error("ApiVersions", e))?
         };
         if response.error_code != 0 {
-            return Err(Error::kafka("ApiVersions", &self.shared.broker, None, None, response.error_code, None));
+            return Err(Error::kafka(
+                "ApiVersions",
+                &self.shared.broker,
+                None,
+                None,
+                response.error_code,
+                None,
+            ));
         }
         Ok(BrokerVersions::from_response(&response))
     }
@@ -370,7 +386,13 @@ impl Driver {
         }
         let error = self.fatal.get().cloned().expect("set above");
         // Fail everything waiting, then everything still queued.
-        let waiting: Vec<InFlight> = self.in_flight.lock().expect("in-flight lock").drain().map(|(_, v)| v).collect();
+        let waiting: Vec<InFlight> = self
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .drain()
+            .map(|(_, v)| v)
+            .collect();
         for w in waiting {
             let _ = w.reply.send(Err(error.clone()));
         }
@@ -385,7 +407,11 @@ impl Driver {
     async fn read_loop(&self, mut rd: OwnedReadHalf) -> Result<()> {
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
         loop {
-            while let Some(frame) = self.decoder.decode_bytes(&mut buf).map_err(|e| self.protocol("response frame", e))? {
+            while let Some(frame) = self
+                .decoder
+                .decode_bytes(&mut buf)
+                .map_err(|e| self.protocol("response frame", e))?
+            {
                 let correlation_id =
                     ResponseFrame::peek_correlation_id(&frame).map_err(|e| self.protocol("response header", e))?;
                 let waiter = self.in_flight.lock().expect("in-flight lock").remove(&correlation_id);
@@ -467,19 +493,19 @@ impl Driver {
 
     fn disconnected(&self) -> Error {
         let in_flight = self.in_flight.lock().expect("in-flight lock");
-        let hint = in_flight
-            .iter()
-            .min_by_key(|(id, _)| **id)
-            .map(|(id, w)| {
-                let mut h = format!("while waiting for the {} v{} response (correlation id {id})", w.api, w.version);
-                if !self.sasl {
-                    h.push_str(
-                        "; if this is a SASL or TLS listener, configure SASL/TLS: such listeners close \
+        let hint = in_flight.iter().min_by_key(|(id, _)| **id).map(|(id, w)| {
+            let mut h = format!(
+                "while waiting for the {} v{} response (correlation id {id})",
+                w.api, w.version
+            );
+            if !self.sasl {
+                h.push_str(
+                    "; if this is a SASL or TLS listener, configure SASL/TLS: such listeners close \
                          plaintext clients that do not authenticate",
-                    );
-                }
-                h
-            });
+                );
+            }
+            h
+        });
         Error::Disconnected {
             broker: self.broker.clone(),
             hint,
@@ -588,7 +614,10 @@ mod tests {
         let err = conn.request(&MetadataRequest::default()).await.unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, Error::RequestTimeout { api: "Metadata", .. }), "{text}");
-        assert!(text.contains(&addr) && text.contains("node 7") && text.contains("Metadata"), "{text}");
+        assert!(
+            text.contains(&addr) && text.contains("node 7") && text.contains("Metadata"),
+            "{text}"
+        );
         assert!(conn.is_closed());
         // Sticky: the same error again, at once.
         let started = std::time::Instant::now();

@@ -67,6 +67,9 @@ pub enum Offset {
     Latest,
     /// An explicit offset.
     At(i64),
+    /// The first offset whose timestamp is at or after this one (ms since
+    /// the epoch; ListOffsets by timestamp), or the end when there is none.
+    Timestamp(i64),
 }
 
 /// Consumer settings. Names follow the Java client's.
@@ -166,7 +169,10 @@ impl Consumer {
         let old = std::mem::take(&mut self.assigned);
         for (topic, partition) in partitions {
             let topic = topic.as_ref();
-            let kept = old.iter().find(|a| &*a.topic == topic && a.partition == *partition).cloned();
+            let kept = old
+                .iter()
+                .find(|a| &*a.topic == topic && a.partition == *partition)
+                .cloned();
             self.assigned.push(kept.unwrap_or_else(|| Assigned {
                 topic: Arc::from(topic),
                 partition: *partition,
@@ -236,13 +242,45 @@ impl Consumer {
     }
 
     /// Asks the leader for the earliest or latest offset (ListOffsets; the
-    /// latest is the last stable offset under `read_committed`).
+    /// latest is the last stable offset under `read_committed`), or for the
+    /// first offset at or after a timestamp (the end when no record is that
+    /// late).
     pub async fn list_offset(&self, topic: &str, partition: i32, which: Offset) -> Result<i64> {
         let timestamp = match which {
             Offset::At(o) => return Ok(o),
             Offset::Earliest => -2,
             Offset::Latest => -1,
+            Offset::Timestamp(ts) => {
+                return match self.offset_for_timestamp(topic, partition, ts).await? {
+                    Some((offset, _)) => Ok(offset),
+                    None => self.list_offsets_at(topic, partition, -1).await.map(|(o, _)| o),
+                }
+            }
         };
+        self.list_offsets_at(topic, partition, timestamp).await.map(|(o, _)| o)
+    }
+
+    /// The first offset whose timestamp is at or after `timestamp_ms`, with
+    /// that record's timestamp; `None` when no record is that late (the
+    /// Java client's `offsetsForTimes`).
+    pub async fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+    ) -> Result<Option<(i64, i64)>> {
+        if timestamp_ms < 0 {
+            return Err(Error::Config {
+                option: "timestamp",
+                message: format!("must be milliseconds since the epoch (>= 0), not {timestamp_ms}"),
+            });
+        }
+        let (offset, ts) = self.list_offsets_at(topic, partition, timestamp_ms).await?;
+        Ok((offset >= 0).then_some((offset, ts)))
+    }
+
+    /// One ListOffsets query: -2 earliest, -1 latest, or a timestamp.
+    async fn list_offsets_at(&self, topic: &str, partition: i32, timestamp: i64) -> Result<(i64, i64)> {
         let started = Instant::now();
         let mut backoff = self.cluster.backoff();
         loop {
@@ -268,8 +306,15 @@ impl Consumer {
                         .flat_map(|t| t.partitions.iter())
                         .find(|p| p.partition_index == partition);
                     match answer {
-                        Some(p) if p.error_code == 0 => return Ok(p.offset),
-                        Some(p) => Error::kafka("ListOffsets", conn.broker(), Some(topic), Some(partition), p.error_code, None),
+                        Some(p) if p.error_code == 0 => return Ok((p.offset, p.timestamp)),
+                        Some(p) => Error::kafka(
+                            "ListOffsets",
+                            conn.broker(),
+                            Some(topic),
+                            Some(partition),
+                            p.error_code,
+                            None,
+                        ),
                         None => missing_partition("ListOffsets", conn.broker(), topic, partition),
                     }
                 }
@@ -456,7 +501,14 @@ impl Consumer {
             if code.is_retriable() {
                 return Ok(Next::Continue);
             }
-            return Err(Error::kafka("Fetch", broker, Some(&a.topic), Some(a.partition), code.0, None));
+            return Err(Error::kafka(
+                "Fetch",
+                broker,
+                Some(&a.topic),
+                Some(a.partition),
+                code.0,
+                None,
+            ));
         }
         a.high_watermark = data.high_watermark;
         a.last_stable_offset = data.last_stable_offset;

@@ -11,7 +11,8 @@
 //! - [`admin`]: create and delete topics.
 //! - [`partitioner`]: the Java client's murmur2 partitioner.
 //! - [`producer`]: the idempotent producer.
-//! - [`consumer`]: manual assignment, seek, batched poll, read_committed.
+//! - [`consumer`]: manual assignment, seek (offset, earliest, latest, timestamp), batched poll, read_committed.
+//! - [`group`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ pub mod backoff;
 pub mod cluster;
 pub mod connection;
 pub mod consumer;
+pub mod group;
 pub mod partitioner;
 pub mod producer;
 pub mod sasl;
@@ -31,6 +33,7 @@ pub use admin::{Admin, NewTopic};
 pub use cluster::Cluster;
 pub use connection::BrokerConnection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset};
+pub use group::{CommittedOffset, GroupOffsets};
 pub use producer::{Acks, DeliveryFuture, DeliveryReport, Producer, ProducerConfig, ProducerRecord};
 
 /// SASL credentials for a `SASL_PLAINTEXT` listener.

@@ -173,7 +173,11 @@ impl ProducerRecord {
         RECORD_OVERHEAD
             + self.key.as_ref().map_or(0, Bytes::len)
             + self.value.as_ref().map_or(0, Bytes::len)
-            + self.headers.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len) + 4).sum::<usize>()
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len) + 4)
+                .sum::<usize>()
     }
 }
 
@@ -206,7 +210,9 @@ pub struct DeliveryFuture {
 impl Future for DeliveryFuture {
     type Output = Result<DeliveryReport>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx).poll(cx).map(|r| r.unwrap_or(Err(Error::ProducerClosed)))
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::ProducerClosed)))
     }
 }
 
@@ -313,7 +319,11 @@ impl Producer {
             None
         };
         if let Some(id) = identity {
-            tracing::info!(producer_id = id.producer_id, epoch = id.producer_epoch, "idempotent producer ready");
+            tracing::info!(
+                producer_id = id.producer_id,
+                epoch = id.producer_epoch,
+                "idempotent producer ready"
+            );
         }
         let permits = config.buffer_memory.min(u32::MAX as usize).min(Semaphore::MAX_PERMITS);
         let mut seed = [0u8; 8];
@@ -427,7 +437,11 @@ impl Producer {
                 reply: tx,
             };
             // Seal the open batch first if this record would overflow it.
-            if queue.open.as_ref().is_some_and(|b| b.bytes + size > batch_size && !b.records.is_empty()) {
+            if queue
+                .open
+                .as_ref()
+                .is_some_and(|b| b.bytes + size > batch_size && !b.records.is_empty())
+            {
                 let full = queue.open.take().expect("checked");
                 queue.sealed.push_back(full);
                 wake = true;
@@ -483,7 +497,10 @@ impl Producer {
         shared.flushing.fetch_sub(1, Ordering::AcqRel);
         if result.is_err() {
             return Err(Error::Timeout {
-                operation: format!("flush ({} records outstanding)", shared.outstanding.load(Ordering::Acquire)),
+                operation: format!(
+                    "flush ({} records outstanding)",
+                    shared.outstanding.load(Ordering::Acquire)
+                ),
                 timeout,
             });
         }
@@ -508,7 +525,10 @@ impl Drop for Producer {
 
 impl Shared {
     fn memory_limit(&self) -> usize {
-        self.config.buffer_memory.min(u32::MAX as usize).min(Semaphore::MAX_PERMITS)
+        self.config
+            .buffer_memory
+            .min(u32::MAX as usize)
+            .min(Semaphore::MAX_PERMITS)
     }
 
     /// Completes `count` records and wakes whoever waits.
@@ -581,9 +601,7 @@ async fn sender(shared: Arc<Shared>) {
             let now = Instant::now();
             let flushing = closing || shared.flushing.load(Ordering::Acquire) > 0;
             let linger = shared.config.linger;
-            let State {
-                partitions, sticky, ..
-            } = &mut *state;
+            let State { partitions, sticky, .. } = &mut *state;
             for (tp, q) in partitions.iter_mut() {
                 if let Some(open) = &q.open {
                     let due = open.created + linger;
@@ -639,7 +657,10 @@ async fn sender(shared: Arc<Shared>) {
 
 /// How a batch's delivery ended, for the sequence bookkeeping.
 enum Outcome {
-    Delivered { base_offset: i64, log_append_time: i64 },
+    Delivered {
+        base_offset: i64,
+        log_append_time: i64,
+    },
     /// The broker did not write it: its sequence numbers can be reused.
     Refused(Error),
     /// It may or may not be written: the sequence is broken.
@@ -694,7 +715,11 @@ async fn deliver(shared: Arc<Shared>, tp: TopicPartition, batch: OpenBatch, base
                     topic: tp.topic.clone(),
                     partition: tp.partition,
                     offset: if base_offset >= 0 { base_offset + i as i64 } else { -1 },
-                    timestamp: if log_append_time >= 0 { log_append_time } else { timestamp },
+                    timestamp: if log_append_time >= 0 {
+                        log_append_time
+                    } else {
+                        timestamp
+                    },
                 }));
             }
         }
@@ -789,7 +814,11 @@ async fn produce_with_retries(shared: &Shared, tp: &TopicPartition, batch: Bytes
         }
         if matches!(
             code,
-            Some(KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER | KafkaCode::UNKNOWN_PRODUCER_ID | KafkaCode::INVALID_PRODUCER_EPOCH)
+            Some(
+                KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+                    | KafkaCode::UNKNOWN_PRODUCER_ID
+                    | KafkaCode::INVALID_PRODUCER_EPOCH
+            )
         ) {
             return Outcome::Unknown(err);
         }
@@ -797,7 +826,11 @@ async fn produce_with_retries(shared: &Shared, tp: &TopicPartition, batch: Bytes
             ambiguous = true;
         }
         if !err.is_retriable() {
-            return if ambiguous { Outcome::Unknown(err) } else { Outcome::Refused(err) };
+            return if ambiguous {
+                Outcome::Unknown(err)
+            } else {
+                Outcome::Refused(err)
+            };
         }
         if code.is_some_and(needs_metadata_refresh) {
             if let Err(e) = shared.cluster.refresh_topics(&[&tp.topic]).await {
@@ -806,7 +839,11 @@ async fn produce_with_retries(shared: &Shared, tp: &TopicPartition, batch: Bytes
         }
         let delay = backoff.next_delay();
         if Instant::now() + delay >= deadline {
-            return if ambiguous { Outcome::Unknown(err) } else { Outcome::Refused(err) };
+            return if ambiguous {
+                Outcome::Unknown(err)
+            } else {
+                Outcome::Refused(err)
+            };
         }
         tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %err, ?delay, "retrying produce");
         tokio::time::sleep(delay).await;

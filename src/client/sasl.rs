@@ -73,9 +73,13 @@ pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig) -> 
                 .map_err(|e| fail(e.to_string()))?;
             let first = client.client_first().map_err(|e| fail(e.to_string()))?;
             let server_first = step(first).await?;
-            let last = client.handle_server_first(&server_first).map_err(|e| fail(e.to_string()))?;
+            let last = client
+                .handle_server_first(&server_first)
+                .map_err(|e| fail(e.to_string()))?;
             let server_final = step(last).await?;
-            client.handle_server_final(&server_final).map_err(|e| fail(e.to_string()))?;
+            client
+                .handle_server_final(&server_final)
+                .map_err(|e| fail(e.to_string()))?;
         }
         other => return Err(fail(format!("mechanism {other} is not implemented by this client"))),
     }

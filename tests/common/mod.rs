@@ -10,9 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{
-    Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset,
-};
+use clink_kafka::client::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset};
 use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
 
@@ -27,7 +25,9 @@ fn required_env(var: &str) -> Option<String> {
         Ok(v) if !v.is_empty() => Some(v),
         _ if in_ci() => panic!("{NO_BROKER} ({var} is not set)"),
         _ => {
-            eprintln!("note: {var} is not set; skipping this broker test (run scripts/kafka-local up and eval its env)");
+            eprintln!(
+                "note: {var} is not set; skipping this broker test (run scripts/kafka-local up and eval its env)"
+            );
             None
         }
     }
