@@ -40,7 +40,16 @@ fn payloads() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         state ^= state << 17;
         state
     };
-    let words: [&[u8]; 8] = [b"order", b"customer", b"amount", b"eur", b"usd", b"status", b"shipped", b"id"];
+    let words: [&[u8]; 8] = [
+        b"order",
+        b"customer",
+        b"amount",
+        b"eur",
+        b"usd",
+        b"status",
+        b"shipped",
+        b"id",
+    ];
     let keys = (0..N).map(|i| format!("key-{i:06}").into_bytes()).collect();
     let values = (0..N)
         .map(|_| {
@@ -113,12 +122,14 @@ fn kp_encode(records: &[kp::Record], codec: Compression, out: &mut BytesMut) {
         out,
         records.iter(),
         &opts,
-        Some(|src: &mut BytesMut, dst: &mut BytesMut, c: kp::Compression| -> anyhow::Result<()> {
-            let mut v = Vec::new();
-            compression::compress(ours_codec(c), src, &mut v)?;
-            dst.extend_from_slice(&v);
-            Ok(())
-        }),
+        Some(
+            |src: &mut BytesMut, dst: &mut BytesMut, c: kp::Compression| -> anyhow::Result<()> {
+                let mut v = Vec::new();
+                compression::compress(ours_codec(c), src, &mut v)?;
+                dst.extend_from_slice(&v);
+                Ok(())
+            },
+        ),
     )
     .unwrap();
 }
@@ -157,7 +168,10 @@ fn bench<M: Measurement + 'static>(c: &mut Criterion<M>, label: &str) {
         let batch = out.freeze();
         // Both decoders must agree on the bytes before we time them.
         let theirs = kp_decode(&batch);
-        let ours = RecordBatch::decode_exact(&batch, &DecodeOptions::default()).unwrap().decode_records().unwrap();
+        let ours = RecordBatch::decode_exact(&batch, &DecodeOptions::default())
+            .unwrap()
+            .decode_records()
+            .unwrap();
         assert_eq!(theirs.records.len(), ours.len());
         assert_eq!(theirs.records[999].value, ours[999].value);
 
@@ -180,7 +194,9 @@ fn bench<M: Measurement + 'static>(c: &mut Criterion<M>, label: &str) {
                 black_box(batch.decode_records().unwrap())
             })
         });
-        g.bench_function(BenchmarkId::new("kafka_protocol", N), |b| b.iter(|| black_box(kp_decode(black_box(&batch)))));
+        g.bench_function(BenchmarkId::new("kafka_protocol", N), |b| {
+            b.iter(|| black_box(kp_decode(black_box(&batch))))
+        });
         g.finish();
 
         let mut g = c.benchmark_group(format!("{label}/encode/{}", codec.name()));
