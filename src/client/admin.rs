@@ -1,4 +1,4 @@
-//! Topic administration: CreateTopics and DeleteTopics, each waiting until
+//! Administration: CreateTopics, CreatePartitions and DeleteTopics, each waiting until
 //! the cluster's metadata agrees (a created topic has every partition led; a
 //! deleted one is gone), since the broker answers before the change has
 //! spread. See KIP-4 and
@@ -6,9 +6,12 @@
 
 use std::time::Duration;
 
+use clink_kafka_wire::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use clink_kafka_wire::kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use clink_kafka_wire::kafka_protocol::messages::delete_topics_request::DeleteTopicState;
-use clink_kafka_wire::kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, TopicName};
+use clink_kafka_wire::kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest, TopicName,
+};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 
 use super::cluster::Cluster;
@@ -40,6 +43,26 @@ impl NewTopic {
         self.configs.push((key.into(), value.into()));
         self
     }
+}
+
+/// What DescribeCluster reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterDescription {
+    pub cluster_id: String,
+    /// The node id the broker names as controller (in KRaft, a random live
+    /// broker, as KIP-590 forwarding makes any broker able to act).
+    pub controller_id: i32,
+    /// Live brokers, by node id.
+    pub brokers: Vec<BrokerDescription>,
+}
+
+/// One broker of a [`ClusterDescription`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerDescription {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
 }
 
 /// Topic administration over a [`Cluster`].
@@ -112,6 +135,72 @@ impl Admin {
             tracing::info!(topic = %t.name, partitions = t.partitions, "topic created");
         }
         Ok(())
+    }
+
+    /// Grows `topic` to `total` partitions (CreatePartitions) and waits
+    /// until metadata shows every one of them led. Kafka never shrinks a
+    /// topic: a `total` at or below the current count is the broker's
+    /// `INVALID_PARTITIONS` error.
+    pub async fn create_partitions(&self, topic: &str, total: i32) -> Result<()> {
+        let mut t = CreatePartitionsTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_owned()));
+        t.count = total;
+        t.assignments = None;
+        let mut request = CreatePartitionsRequest::default();
+        request.topics = vec![t];
+        request.timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        let conn = self.cluster.any_broker().await?;
+        let response = conn.request(&request).await?;
+        for r in &response.results {
+            if r.error_code != 0 {
+                return Err(Error::kafka(
+                    "CreatePartitions",
+                    conn.broker(),
+                    Some(r.name.0.as_str()),
+                    None,
+                    r.error_code,
+                    r.error_message.as_ref().map(|m| m.as_str()),
+                ));
+            }
+        }
+        self.cluster
+            .wait_for_topic(topic, total.max(1) as usize, self.timeout)
+            .await?;
+        tracing::info!(topic, partitions = total, "partitions created");
+        Ok(())
+    }
+
+    /// The cluster as the broker describes it (DescribeCluster, KIP-700):
+    /// its id, the controller and the live brokers.
+    pub async fn describe_cluster(&self) -> Result<ClusterDescription> {
+        let conn = self.cluster.any_broker().await?;
+        let response = conn.request(&DescribeClusterRequest::default()).await?;
+        if response.error_code != 0 {
+            return Err(Error::kafka(
+                "DescribeCluster",
+                conn.broker(),
+                None,
+                None,
+                response.error_code,
+                response.error_message.as_ref().map(|m| m.as_str()),
+            ));
+        }
+        let mut brokers: Vec<BrokerDescription> = response
+            .brokers
+            .iter()
+            .map(|b| BrokerDescription {
+                node_id: b.broker_id.0,
+                host: b.host.to_string(),
+                port: b.port,
+                rack: b.rack.as_ref().map(|r| r.to_string()),
+            })
+            .collect();
+        brokers.sort_by_key(|b| b.node_id);
+        Ok(ClusterDescription {
+            cluster_id: response.cluster_id.to_string(),
+            controller_id: response.controller_id.0,
+            brokers,
+        })
     }
 
     /// Deletes `topics` and waits until metadata no longer shows them.

@@ -29,7 +29,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod sasl;
 
-pub use admin::{Admin, NewTopic};
+pub use admin::{Admin, BrokerDescription, ClusterDescription, NewTopic};
 pub use cluster::Cluster;
 pub use connection::BrokerConnection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset};
