@@ -211,7 +211,10 @@ pub enum Error {
     /// A record of the open transaction failed; the transaction can only be
     /// aborted now (then a new one may begin).
     #[error("transaction {transactional_id:?} must be aborted: {cause}")]
-    TransactionAbortRequired { transactional_id: String, cause: Box<Error> },
+    TransactionAbortRequired {
+        transactional_id: String,
+        cause: Box<Error>,
+    },
 }
 
 fn broker_suffix(broker: &Option<BrokerRef>) -> String {

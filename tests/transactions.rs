@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    Admin, Cluster, GroupOffsets, ListTransactionsFilter, NewTopic, ProducerConfig, ProducerRecord,
-    TransactionState, TransactionVersion, TransactionalProducer, TxnConfig,
+    Admin, Cluster, GroupOffsets, ListTransactionsFilter, NewTopic, ProducerConfig, ProducerRecord, TransactionState,
+    TransactionVersion, TransactionalProducer, TxnConfig,
 };
 use clink_kafka::Error;
 
@@ -108,12 +108,20 @@ async fn commit_is_visible_and_abort_is_not_under_both_protocols() {
         want.extend(values("d", 20));
         let ours = common::read_committed_values(&cluster, &topic, PARTITIONS, want.len()).await;
         assert_eq!(ours.len(), want.len(), "{brokers}: read_committed count");
-        assert_eq!(ours.iter().cloned().collect::<BTreeSet<_>>(), want, "{brokers}: our read_committed view");
+        assert_eq!(
+            ours.iter().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{brokers}: our read_committed view"
+        );
 
         // Ask the Java consumer for one more than was committed: it must stop short.
         if let Some(java) = common::java_read_committed(&brokers, &topic, want.len() + 1, 10_000) {
             assert_eq!(java.len(), want.len(), "{brokers}: Java read_committed count");
-            assert_eq!(java.into_iter().collect::<BTreeSet<_>>(), want, "{brokers}: Java's view");
+            assert_eq!(
+                java.into_iter().collect::<BTreeSet<_>>(),
+                want,
+                "{brokers}: Java's view"
+            );
         }
         p.close().await.unwrap();
     }
@@ -218,12 +226,18 @@ async fn describe_and_list_show_the_open_transaction() {
         }
         p.flush(Duration::from_secs(30)).await.unwrap();
         let admin = Admin::new(cluster.clone());
-        let described = admin.describe_transactions(&[&id, "clink-no-such-transactional-id"]).await.unwrap();
+        let described = admin
+            .describe_transactions(&[&id, "clink-no-such-transactional-id"])
+            .await
+            .unwrap();
         let d = described[0].1.as_ref().expect("the open transaction is described");
         let identity = p.identity();
         assert_eq!(d.state, TransactionState::Ongoing, "{brokers}");
         assert_eq!(d.producer_id, identity.producer_id);
-        assert_eq!(d.producer_epoch, identity.producer_epoch, "{brokers}: describe agrees with identity()");
+        assert_eq!(
+            d.producer_epoch, identity.producer_epoch,
+            "{brokers}: describe agrees with identity()"
+        );
         assert_eq!(d.transaction_timeout, Duration::from_secs(60));
         assert!(d.start_time_ms.is_some());
         assert_eq!(d.partitions.get(&topic), Some(&vec![0, 1]), "{brokers}: {d:?}");
@@ -253,7 +267,10 @@ async fn describe_and_list_show_the_open_transaction() {
         let described = admin.describe_transactions(&[&id]).await.unwrap();
         let d = described[0].1.as_ref().unwrap();
         assert!(
-            matches!(d.state, TransactionState::CompleteCommit | TransactionState::PrepareCommit),
+            matches!(
+                d.state,
+                TransactionState::CompleteCommit | TransactionState::PrepareCommit
+            ),
             "{brokers}: {d:?}"
         );
     }
@@ -261,7 +278,13 @@ async fn describe_and_list_show_the_open_transaction() {
 
 fn regex_escape(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_string() } else { format!("\\{c}") })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
         .collect()
 }
 

@@ -281,7 +281,11 @@ pub(crate) struct TransactionalSend {
 /// Adds partitions to the open transaction before their first batch.
 pub(crate) trait PartitionRegistrar: Send + Sync {
     /// Resolves once `topic[partition]` is part of the open transaction.
-    fn ensure_added<'a>(&'a self, topic: &'a str, partition: i32) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+    fn ensure_added<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: i32,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
 }
 
 struct Shared {
@@ -955,7 +959,10 @@ async fn produce_with_retries(shared: &Shared, tp: &TopicPartition, batch: Bytes
 /// One Produce request for one batch: `(base_offset, log_append_time)`.
 async fn produce_once(shared: &Shared, tp: &TopicPartition, batch: Bytes) -> Result<(i64, i64)> {
     let (_, conn) = shared.cluster.leader(&tp.topic, tp.partition).await?;
-    let cap = shared.txn.as_ref().map_or(PRODUCE_MAX_VERSION, |t| t.produce_max_version);
+    let cap = shared
+        .txn
+        .as_ref()
+        .map_or(PRODUCE_MAX_VERSION, |t| t.produce_max_version);
     let version = conn.version_for::<ProduceRequest>(Some(cap.min(PRODUCE_MAX_VERSION)))?;
     let mut partition = PartitionProduceData::default();
     partition.index = tp.partition;

@@ -123,7 +123,9 @@ impl std::str::FromStr for ResumeHandle {
                 "tv" => tv = Some(v.parse::<TransactionVersion>()?),
                 "pid" => pid = Some(v.parse::<i64>().map_err(|e| bad(format!("pid {v:?}: {e}")))?),
                 "epoch" => epoch = Some(v.parse::<i16>().map_err(|e| bad(format!("epoch {v:?}: {e}")))?),
-                "id" => id = Some(percent_decode(v).ok_or_else(|| bad(format!("id {v:?} is not percent-encoded UTF-8")))?),
+                "id" => {
+                    id = Some(percent_decode(v).ok_or_else(|| bad(format!("id {v:?} is not percent-encoded UTF-8")))?)
+                }
                 other => return Err(bad(format!("unknown field {other:?}"))),
             }
         }
@@ -213,10 +215,17 @@ pub enum CommitProof {
 /// The outcome of [`Resolver::resolve`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    Committed { proof: CommitProof },
-    NotCommitted { reason: NotCommittedReason, detail: String },
+    Committed {
+        proof: CommitProof,
+    },
+    NotCommitted {
+        reason: NotCommittedReason,
+        detail: String,
+    },
     /// Every attempt failed in transport; nothing is known.
-    Unreachable { detail: String },
+    Unreachable {
+        detail: String,
+    },
 }
 
 impl Verdict {
@@ -233,7 +242,10 @@ impl std::fmt::Display for Verdict {
             } => write!(f, "committed (EndTxn acknowledged)"),
             Verdict::Committed {
                 proof: CommitProof::Described { answer, state },
-            } => write!(f, "committed (EndTxn answered {answer}; DescribeTransactions shows {state})"),
+            } => write!(
+                f,
+                "committed (EndTxn answered {answer}; DescribeTransactions shows {state})"
+            ),
             Verdict::NotCommitted { reason, detail } => write!(f, "not committed: {} ({detail})", reason.name()),
             Verdict::Unreachable { detail } => write!(f, "unreachable: {detail}"),
         }
@@ -393,7 +405,10 @@ impl Resolver {
             };
         }
         let started = Instant::now();
-        let mut backoff = super::backoff::Backoff::new(self.config.retry_backoff, self.config.retry_backoff_max.max(Duration::from_secs(2)));
+        let mut backoff = super::backoff::Backoff::new(
+            self.config.retry_backoff,
+            self.config.retry_backoff_max.max(Duration::from_secs(2)),
+        );
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -435,7 +450,10 @@ impl Resolver {
                 if version == TransactionVersion::V2 && v < 5 {
                     return Err(Error::Config {
                         option: "transaction.version",
-                        message: format!("the handle needs EndTxn v5 (KIP-890); broker {} speaks up to v{v}", conn.broker()),
+                        message: format!(
+                            "the handle needs EndTxn v5 (KIP-890); broker {} speaks up to v{v}",
+                            conn.broker()
+                        ),
                     });
                 }
                 end_txn(&conn, version, id, identity, commit).await
@@ -477,7 +495,14 @@ impl Resolver {
             }
             return Err(err);
         }
-        if matches!(err, Error::Protocol { .. } | Error::Config { option: "transaction.version", .. }) {
+        if matches!(
+            err,
+            Error::Protocol { .. }
+                | Error::Config {
+                    option: "transaction.version",
+                    ..
+                }
+        ) {
             return not(NotCommittedReason::UnsupportedBroker, err.to_string());
         }
         let code = err.kafka_code();
@@ -573,9 +598,9 @@ pub(crate) fn judge(
         TransactionState::CompleteAbort | TransactionState::PrepareAbort | TransactionState::PrepareEpochFence => {
             // The coordinator's own abort of an expired transaction bumps
             // the epoch once; an abort past the timeout is the expiry.
-            let expired = d.start_time_ms.is_some_and(|start| {
-                super::now_ms().saturating_sub(start) >= d.transaction_timeout.as_millis() as i64
-            });
+            let expired = d
+                .start_time_ms
+                .is_some_and(|start| super::now_ms().saturating_sub(start) >= d.transaction_timeout.as_millis() as i64);
             if expired && de == e + 1 {
                 not(NotCommittedReason::TimedOut)
             } else if de > e + 1 || (handle.transaction_version == TransactionVersion::V1 && de > e && !expired) {
@@ -592,7 +617,10 @@ pub(crate) fn judge(
 /// Describes `transactional_id` and returns the handle a resolver needs to
 /// finish its open transaction (e.g. one the Java client left behind). The
 /// transaction version is the cluster's.
-pub async fn handle_from_description(admin: &Admin, transactional_id: &str) -> Result<(ResumeHandle, TransactionDescription)> {
+pub async fn handle_from_description(
+    admin: &Admin,
+    transactional_id: &str,
+) -> Result<(ResumeHandle, TransactionDescription)> {
     let d = super::txn_admin::describe_transaction(admin, transactional_id).await?;
     let version = super::txn::transaction_version(admin.cluster()).await?;
     Ok((
@@ -647,7 +675,10 @@ mod tests {
             "clink-txn-handle/1 tv=2 pid=1 epoch=0 id=%Z1",
             "clink-txn-handle/1 tv=2 pid=1 epoch=0 id=a secret=x",
         ] {
-            assert!(matches!(bad.parse::<ResumeHandle>(), Err(Error::Config { .. })), "{bad:?}");
+            assert!(
+                matches!(bad.parse::<ResumeHandle>(), Err(Error::Config { .. })),
+                "{bad:?}"
+            );
         }
     }
 
@@ -666,7 +697,10 @@ mod tests {
         )
         .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains(ENV_SASL_MECHANISM) && text.contains("SCRAM-SHA-512"), "{text}");
+        assert!(
+            text.contains(ENV_SASL_MECHANISM) && text.contains("SCRAM-SHA-512"),
+            "{text}"
+        );
         assert!(!text.contains("hunter2"));
         let err = Resolver::from_vars("127.0.0.1:1", vars(&[(ENV_SASL_MECHANISM, "PLAIN")])).unwrap_err();
         assert!(err.to_string().contains(ENV_SASL_USERNAME), "{err}");
@@ -685,7 +719,13 @@ mod tests {
         assert!(!debug.contains("alice-secret"), "{debug}");
     }
 
-    fn described(state: TransactionState, pid: i64, epoch: i16, start_ago_ms: i64, timeout_ms: u64) -> TransactionDescription {
+    fn described(
+        state: TransactionState,
+        pid: i64,
+        epoch: i16,
+        start_ago_ms: i64,
+        timeout_ms: u64,
+    ) -> TransactionDescription {
         TransactionDescription {
             transactional_id: "t".into(),
             state,
@@ -703,21 +743,78 @@ mod tests {
         let h2 = handle(TransactionVersion::V2);
         let h1 = handle(TransactionVersion::V1);
         // The commit landed: bumped once (TV2), same epoch (TV1).
-        let v = judge(&h2, Decision::Commit, fenced, &described(TransactionState::CompleteCommit, 4001, 8, 10, 60_000));
+        let v = judge(
+            &h2,
+            Decision::Commit,
+            fenced,
+            &described(TransactionState::CompleteCommit, 4001, 8, 10, 60_000),
+        );
         assert!(v.is_committed(), "{v}");
-        let v = judge(&h1, Decision::Commit, fenced, &described(TransactionState::CompleteCommit, 4001, 7, 10, 60_000));
+        let v = judge(
+            &h1,
+            Decision::Commit,
+            fenced,
+            &described(TransactionState::CompleteCommit, 4001, 7, 10, 60_000),
+        );
         assert!(v.is_committed(), "{v}");
         // A successor's later commit is not ours.
-        let v = judge(&h1, Decision::Commit, fenced, &described(TransactionState::CompleteCommit, 4001, 8, 10, 60_000));
+        let v = judge(
+            &h1,
+            Decision::Commit,
+            fenced,
+            &described(TransactionState::CompleteCommit, 4001, 8, 10, 60_000),
+        );
         assert!(!v.is_committed(), "{v}");
-        let v = judge(&h2, Decision::Commit, fenced, &described(TransactionState::CompleteCommit, 9999, 0, 10, 60_000));
-        assert!(matches!(v, Verdict::NotCommitted { reason: NotCommittedReason::Fenced, .. }), "{v}");
+        let v = judge(
+            &h2,
+            Decision::Commit,
+            fenced,
+            &described(TransactionState::CompleteCommit, 9999, 0, 10, 60_000),
+        );
+        assert!(
+            matches!(
+                v,
+                Verdict::NotCommitted {
+                    reason: NotCommittedReason::Fenced,
+                    ..
+                }
+            ),
+            "{v}"
+        );
         // Expired: the coordinator's abort bumped once, past the timeout.
-        let v = judge(&h1, Decision::Commit, fenced, &described(TransactionState::CompleteAbort, 4001, 8, 20_000, 3_000));
-        assert!(matches!(v, Verdict::NotCommitted { reason: NotCommittedReason::TimedOut, .. }), "{v}");
+        let v = judge(
+            &h1,
+            Decision::Commit,
+            fenced,
+            &described(TransactionState::CompleteAbort, 4001, 8, 20_000, 3_000),
+        );
+        assert!(
+            matches!(
+                v,
+                Verdict::NotCommitted {
+                    reason: NotCommittedReason::TimedOut,
+                    ..
+                }
+            ),
+            "{v}"
+        );
         // A successor re-initialized: Empty at a higher epoch.
-        let v = judge(&h2, Decision::Commit, fenced, &described(TransactionState::Empty, 4001, 9, 10, 60_000));
-        assert!(matches!(v, Verdict::NotCommitted { reason: NotCommittedReason::Fenced, .. }), "{v}");
+        let v = judge(
+            &h2,
+            Decision::Commit,
+            fenced,
+            &described(TransactionState::Empty, 4001, 9, 10, 60_000),
+        );
+        assert!(
+            matches!(
+                v,
+                Verdict::NotCommitted {
+                    reason: NotCommittedReason::Fenced,
+                    ..
+                }
+            ),
+            "{v}"
+        );
     }
 
     #[tokio::test]
@@ -727,6 +824,15 @@ mod tests {
         let mut h = handle(TransactionVersion::V2);
         h.producer_id = -1;
         let v = r.resolve(&h, Decision::Commit).await;
-        assert!(matches!(v, Verdict::NotCommitted { reason: NotCommittedReason::NoIdentity, .. }), "{v}");
+        assert!(
+            matches!(
+                v,
+                Verdict::NotCommitted {
+                    reason: NotCommittedReason::NoIdentity,
+                    ..
+                }
+            ),
+            "{v}"
+        );
     }
 }

@@ -139,7 +139,14 @@ pub(crate) async fn broker_transaction_version(conn: &BrokerConnection) -> Resul
         .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
     let response = conn.request(&request).await?;
     if response.error_code != 0 {
-        return Err(Error::kafka("ApiVersions", conn.broker(), None, None, response.error_code, None));
+        return Err(Error::kafka(
+            "ApiVersions",
+            conn.broker(),
+            None,
+            None,
+            response.error_code,
+            None,
+        ));
     }
     let level = response
         .finalized_features
@@ -506,7 +513,10 @@ impl TxnCore {
                     })?;
                 if code != 0 {
                     let mut e = txn_error("AddPartitionsToTxn", conn.broker(), id, identity, code, None);
-                    if let Error::Kafka { topic: t, partition: p, .. } = &mut e {
+                    if let Error::Kafka {
+                        topic: t, partition: p, ..
+                    } = &mut e
+                    {
                         *t = Some(topic.to_owned());
                         *p = Some(partition);
                     }
@@ -528,7 +538,11 @@ impl TxnCore {
 struct Registrar(Arc<TxnCore>);
 
 impl PartitionRegistrar for Registrar {
-    fn ensure_added<'a>(&'a self, topic: &'a str, partition: i32) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+    fn ensure_added<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: i32,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
         Box::pin(self.0.add_partition(topic, partition))
     }
 }
@@ -714,7 +728,10 @@ impl TransactionalProducer {
     /// returned here (and again by `commit`).
     pub async fn flush(&self, timeout: Duration) -> Result<()> {
         self.check()?;
-        self.producer.flush(timeout).await.map_err(|e| self.core.check_fatal(e))?;
+        self.producer
+            .flush(timeout)
+            .await
+            .map_err(|e| self.core.check_fatal(e))?;
         let failure = self.producer.take_failure();
         if let Some(e) = failure {
             let e = self.core.check_fatal(e);
@@ -797,7 +814,8 @@ impl TransactionalProducer {
         loop {
             let attempt = async {
                 let conn = find_coordinator(cluster, 0, group_id).await?;
-                let version = conn.version_for::<TxnOffsetCommitRequest>(Some(core.version.txn_offset_commit_version_cap()))?;
+                let version =
+                    conn.version_for::<TxnOffsetCommitRequest>(Some(core.version.txn_offset_commit_version_cap()))?;
                 let mut request = TxnOffsetCommitRequest::default();
                 request.transactional_id = TransactionalId(StrBytes::from_string(id.clone()));
                 request.group_id = GroupId(StrBytes::from_string(group_id.to_owned()));

@@ -152,7 +152,10 @@ impl Admin {
                 if version < 1 {
                     return Err(Error::Config {
                         option: "min_duration",
-                        message: format!("broker {} speaks ListTransactions v{version}; a duration filter needs v1", conn.broker()),
+                        message: format!(
+                            "broker {} speaks ListTransactions v{version}; a duration filter needs v1",
+                            conn.broker()
+                        ),
                     });
                 }
                 request.duration_filter = d.as_millis().min(i64::MAX as u128) as i64;
@@ -161,7 +164,10 @@ impl Admin {
                 if version < 2 {
                     return Err(Error::Config {
                         option: "transactional_id_pattern",
-                        message: format!("broker {} speaks ListTransactions v{version}; a pattern needs v2", conn.broker()),
+                        message: format!(
+                            "broker {} speaks ListTransactions v{version}; a pattern needs v2",
+                            conn.broker()
+                        ),
                     });
                 }
                 request.transactional_id_pattern = Some(StrBytes::from_string(p.clone()));

@@ -160,12 +160,18 @@ pub fn kafka_tools() -> Option<std::path::PathBuf> {
     let lib = home.join("tools-lib");
     let installed = lib.join(".installed").exists()
         || std::fs::read_dir(&lib)
-            .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("kafka-tools-")))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with("kafka-tools-"))
+            })
             .unwrap_or(false);
     if installed {
         return Some(root.join("scripts/kafka-local"));
     }
-    assert!(!in_ci(), "CI=true but the Kafka tools jars are missing (scripts/kafka-local install-tools)");
+    assert!(
+        !in_ci(),
+        "CI=true but the Kafka tools jars are missing (scripts/kafka-local install-tools)"
+    );
     eprintln!("note: the Kafka tools jars are missing; skipping the Java console consumer check");
     None
 }
@@ -180,7 +186,12 @@ pub fn java_read_committed(brokers: &str, topic: &str, max: usize, timeout_ms: u
     let mut child = std::process::Command::new(tools)
         .args(["console-consumer", "--bootstrap-server", brokers, "--topic", topic])
         .args(["--from-beginning", "--isolation-level", "read_committed"])
-        .args(["--max-messages", &max.to_string(), "--timeout-ms", &timeout_ms.to_string()])
+        .args([
+            "--max-messages",
+            &max.to_string(),
+            "--timeout-ms",
+            &timeout_ms.to_string(),
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
