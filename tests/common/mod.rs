@@ -255,3 +255,26 @@ pub async fn read_committed_values(cluster: &Cluster, topic: &str, partitions: i
     }
     out
 }
+
+/// Where the Java client's jars are: the tools classpath if installed, else
+/// the broker's own lib dir. `None` (outside CI) when neither exists.
+pub fn java_clients_classpath() -> Option<String> {
+    if let Ok(cp) = std::env::var("CLINK_KAFKA_TOOLS_CLASSPATH") {
+        if !cp.is_empty() {
+            return Some(cp);
+        }
+    }
+    let home = std::env::var("KAFKA_LOCAL_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".kafka-local"));
+    let lib = home.join("broker-lib");
+    let found = std::fs::read_dir(&lib)
+        .ok()
+        .is_some_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("kafka-clients-")));
+    if found {
+        return Some(format!("{}/*", lib.display()));
+    }
+    assert!(!in_ci(), "CI=true but the Kafka client jars are missing");
+    eprintln!("note: the Kafka client jars are missing; skipping the Java producer test");
+    None
+}
