@@ -230,9 +230,22 @@ pub fn java_read_committed(brokers: &str, topic: &str, max: usize, timeout_ms: u
 }
 
 /// Reads every partition of `topic` from the beginning with our
-/// read_committed consumer until `expected` records arrived (or 60 s
-/// passed), then polls a little longer to catch any extra. Values as text.
+/// read_committed consumer until at least `expected` records arrived and
+/// every partition is read to its end with no transaction undecided (last
+/// stable offset = high watermark), or 60 s passed. Values as text.
 pub async fn read_committed_values(cluster: &Cluster, topic: &str, partitions: i32, expected: usize) -> Vec<String> {
+    read_committed_until(cluster, topic, partitions, expected, true).await
+}
+
+/// Like [`read_committed_values`], but with `settled = false` it stops at
+/// the last stable offset even while a transaction is still open.
+pub async fn read_committed_until(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+    settled: bool,
+) -> Vec<String> {
     let config = ConsumerConfig {
         isolation: clink_kafka::client::IsolationLevel::ReadCommitted,
         ..ConsumerConfig::default()
@@ -243,15 +256,21 @@ pub async fn read_committed_values(cluster: &Cluster, topic: &str, partitions: i
     consumer.seek_all(Offset::Earliest).await.expect("seek");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut out = Vec::new();
-    while out.len() < expected && Instant::now() < deadline {
-        for r in consumer.poll(Duration::from_millis(500)).await.expect("poll") {
-            out.push(String::from_utf8_lossy(r.record.value.as_deref().unwrap_or(b"")).into_owned());
-        }
-    }
-    for _ in 0..3 {
+    let at_end = |consumer: &Consumer| {
+        (0..partitions).all(|p| match (consumer.watermarks(topic, p), consumer.position(topic, p)) {
+            (Some((hw, lso)), Some(pos)) => hw >= 0 && lso >= 0 && pos >= lso && (!settled || lso == hw),
+            _ => false,
+        })
+    };
+    let mut polls = 0;
+    while Instant::now() < deadline && (out.len() < expected || polls == 0 || !at_end(&consumer)) {
+        polls += 1;
         for r in consumer.poll(Duration::from_millis(300)).await.expect("poll") {
             out.push(String::from_utf8_lossy(r.record.value.as_deref().unwrap_or(b"")).into_owned());
         }
+    }
+    for r in consumer.poll(Duration::from_millis(300)).await.expect("poll") {
+        out.push(String::from_utf8_lossy(r.record.value.as_deref().unwrap_or(b"")).into_owned());
     }
     out
 }
@@ -268,9 +287,10 @@ pub fn java_clients_classpath() -> Option<String> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".kafka-local"));
     let lib = home.join("broker-lib");
-    let found = std::fs::read_dir(&lib)
-        .ok()
-        .is_some_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("kafka-clients-")));
+    let found = std::fs::read_dir(&lib).ok().is_some_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("kafka-clients-"))
+    });
     if found {
         return Some(format!("{}/*", lib.display()));
     }
