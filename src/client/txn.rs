@@ -389,9 +389,10 @@ pub(crate) async fn end_txn(
 enum Phase {
     /// No open transaction.
     Ready,
-    /// `begin` was called; `started` once a record or offsets were sent
-    /// (only then does the coordinator know of the transaction).
-    Open { started: bool },
+    /// `begin` was called. `records` once a record was queued, `offsets`
+    /// once offsets were added: only then may the coordinator know of the
+    /// transaction.
+    Open { records: bool, offsets: bool },
 }
 
 /// What the producer's background tasks and the API share.
@@ -705,7 +706,10 @@ impl TransactionalProducer {
         }
         self.core.added.lock().expect("added lock").clear();
         let _ = self.producer.take_failure();
-        *phase = Phase::Open { started: false };
+        *phase = Phase::Open {
+            records: false,
+            offsets: false,
+        };
         Ok(())
     }
 
@@ -713,14 +717,14 @@ impl TransactionalProducer {
     /// the record is written (still invisible to read_committed readers).
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         self.check()?;
-        {
-            let mut phase = self.phase.lock().expect("phase lock");
-            match &mut *phase {
-                Phase::Open { started } => *started = true,
-                Phase::Ready => return Err(self.invalid_state("send: no open transaction (call begin first)")),
-            }
+        if *self.phase.lock().expect("phase lock") == Phase::Ready {
+            return Err(self.invalid_state("send: no open transaction (call begin first)"));
         }
-        self.producer.send(record).await.map_err(|e| self.core.check_fatal(e))
+        let delivery = self.producer.send(record).await.map_err(|e| self.core.check_fatal(e))?;
+        if let Phase::Open { records, .. } = &mut *self.phase.lock().expect("phase lock") {
+            *records = true;
+        }
+        Ok(delivery)
     }
 
     /// Sends every buffered record and waits for them, bounded by `timeout`.
@@ -755,14 +759,13 @@ impl TransactionalProducer {
     /// coordinator; V2: TxnOffsetCommit v5 alone.
     pub async fn send_offsets_to_transaction(&self, group_id: &str, offsets: &[(&str, i32, i64)]) -> Result<()> {
         self.check()?;
-        {
-            let mut phase = self.phase.lock().expect("phase lock");
-            match &mut *phase {
-                Phase::Open { started } => *started = true,
-                Phase::Ready => {
-                    return Err(self.invalid_state("send_offsets_to_transaction: no open transaction"));
-                }
-            }
+        if *self.phase.lock().expect("phase lock") == Phase::Ready {
+            return Err(self.invalid_state("send_offsets_to_transaction: no open transaction"));
+        }
+        // From here the coordinator may know of the transaction (AddOffsetsToTxn,
+        // or TxnOffsetCommit v5's implicit add even when it then fails).
+        if let Phase::Open { offsets, .. } = &mut *self.phase.lock().expect("phase lock") {
+            *offsets = true;
         }
         let core = &self.core;
         let id = &core.config.transactional_id;
@@ -867,8 +870,8 @@ impl TransactionalProducer {
     async fn end(&self, commit: bool) -> Result<()> {
         self.check()?;
         let what = if commit { "commit" } else { "abort" };
-        let started = match &*self.phase.lock().expect("phase lock") {
-            Phase::Open { started } => *started,
+        let (records, offsets) = match &*self.phase.lock().expect("phase lock") {
+            Phase::Open { records, offsets } => (*records, *offsets),
             Phase::Ready => return Err(self.invalid_state(&format!("{what}: no open transaction"))),
         };
         let flushed = self.flush(self.core.config.transaction_timeout).await;
@@ -880,6 +883,12 @@ impl TransactionalProducer {
             }
             Err(e) => return Err(e),
         }
+        // Under V1 the coordinator knows of the transaction once a partition
+        // or the offsets were added; under V2 once anything was produced.
+        let started = match self.core.version {
+            TransactionVersion::V1 => offsets || !self.core.added.lock().expect("added lock").is_empty(),
+            TransactionVersion::V2 => offsets || records,
+        };
         if !started {
             // The coordinator never heard of this transaction: nothing to end.
             *self.phase.lock().expect("phase lock") = Phase::Ready;
