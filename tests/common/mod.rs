@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod process;
+
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset};
