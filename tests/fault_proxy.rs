@@ -95,7 +95,7 @@ impl Proxy {
                 // always pass.
                 let (cut_req, cut_resp) = {
                     let mut r = rng.lock().unwrap();
-                    if r.next() % 2 == 0 {
+                    if r.next().is_multiple_of(2) {
                         (r.range(20_000, 600_000), usize::MAX)
                     } else {
                         (usize::MAX, r.range(1_000, 8_000))
