@@ -201,6 +201,9 @@ pub enum TlsFailure {
     ClientCertificateRejected,
     /// Anything else: no TLS answer, a closed connection, a protocol error.
     HandshakeFailed,
+    /// A plaintext client reached a TLS listener (the broker answered with
+    /// a TLS record).
+    ProtocolMismatch,
 }
 
 impl fmt::Display for TlsFailure {
@@ -211,6 +214,7 @@ impl fmt::Display for TlsFailure {
             TlsFailure::CertificateInvalid => "certificate invalid",
             TlsFailure::ClientCertificateRejected => "client certificate rejected",
             TlsFailure::HandshakeFailed => "handshake failed",
+            TlsFailure::ProtocolMismatch => "protocol mismatch",
         })
     }
 }

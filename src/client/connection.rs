@@ -515,11 +515,19 @@ impl Driver {
     async fn read_loop<R: AsyncRead + Unpin>(&self, mut rd: R) -> Result<()> {
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
         loop {
-            while let Some(frame) = self
-                .decoder
-                .decode_bytes(&mut buf)
-                .map_err(|e| self.protocol("response frame", e))?
-            {
+            while let Some(frame) = self.decoder.decode_bytes(&mut buf).map_err(|e| {
+                if self.tls.is_none() && looks_like_tls_record(&buf) {
+                    Error::Tls {
+                        broker: self.broker.clone(),
+                        kind: crate::error::TlsFailure::ProtocolMismatch,
+                        reason: "the broker answered in TLS (it sent a TLS record, not a Kafka frame): this is \
+                                 a TLS listener; set security.protocol to SSL or SASL_SSL"
+                            .into(),
+                    }
+                } else {
+                    self.protocol("response frame", e)
+                }
+            })? {
                 let correlation_id =
                     ResponseFrame::peek_correlation_id(&frame).map_err(|e| self.protocol("response header", e))?;
                 let waiter = self.in_flight.lock().expect("in-flight lock").remove(&correlation_id);
@@ -625,6 +633,13 @@ impl Driver {
             hint,
         }
     }
+}
+
+/// Whether `buf` starts with a TLS record header (alert or handshake,
+/// version 3.x): what a TLS listener sends a plaintext client. As a Kafka
+/// size prefix it would be over 350 MB, beyond any sane frame cap.
+fn looks_like_tls_record(buf: &[u8]) -> bool {
+    matches!(buf, [0x15 | 0x16, 0x03, 0x00..=0x04, ..])
 }
 
 #[cfg(test)]

@@ -237,7 +237,11 @@ impl ClientConfig {
                     message: format!(
                         "SASL {} credentials are set but {protocol} does not authenticate; use {} or drop them",
                         sasl.mechanism.name(),
-                        if protocol.uses_tls() { "SASL_SSL" } else { "SASL_PLAINTEXT" },
+                        if protocol.uses_tls() {
+                            "SASL_SSL"
+                        } else {
+                            "SASL_PLAINTEXT"
+                        },
                     ),
                 })
             }

@@ -226,7 +226,9 @@ impl TlsConnector {
 
         let (verifier, trust): (Arc<dyn ServerCertVerifier>, String) = if tls.insecure_skip_verify {
             (
-                Arc::new(NoVerification { provider: provider.clone() }),
+                Arc::new(NoVerification {
+                    provider: provider.clone(),
+                }),
                 "nothing (insecure_skip_verify)".into(),
             )
         } else {
@@ -355,14 +357,14 @@ fn classify(broker: &BrokerRef, e: &io::Error, tls: &TlsConnector, in_handshake:
         None if e.kind() == io::ErrorKind::UnexpectedEof => (
             TlsFailure::HandshakeFailed,
             if tls.client_cert {
-                "the broker closed the connection during the TLS handshake".into()
+                "the broker closed the connection during the TLS handshake: is this port a TLS listener?".into()
             } else {
-                "the broker closed the connection during the TLS handshake (does the listener require \
-                 a client certificate?)"
+                "the broker closed the connection during the TLS handshake: is this port a TLS listener, \
+                 and does it require a client certificate?"
                     .into()
             },
         ),
-        None if in_handshake => (TlsFailure::HandshakeFailed, e.to_string()),
+        None if in_handshake => (TlsFailure::HandshakeFailed, format!("during the TLS handshake: {e}")),
         None => (TlsFailure::HandshakeFailed, e.to_string()),
     };
     Error::Tls {
@@ -394,14 +396,18 @@ fn certificate_failure(cert: &CertificateError, trust: &str) -> (TlsFailure, Str
                 server_name_text(expected)
             ),
         ),
-        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
-            (TlsFailure::CertificateInvalid, format!("the broker's certificate has expired ({cert})"))
-        }
+        CertificateError::Expired | CertificateError::ExpiredContext { .. } => (
+            TlsFailure::CertificateInvalid,
+            format!("the broker's certificate has expired ({cert})"),
+        ),
         CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => (
             TlsFailure::CertificateInvalid,
             format!("the broker's certificate is not valid yet ({cert})"),
         ),
-        other => (TlsFailure::CertificateInvalid, format!("the broker's certificate: {other}")),
+        other => (
+            TlsFailure::CertificateInvalid,
+            format!("the broker's certificate: {other}"),
+        ),
     }
 }
 
@@ -445,9 +451,7 @@ fn alert_failure(alert: AlertDescription, client_cert: bool) -> (TlsFailure, Str
     } else {
         (
             TlsFailure::ClientCertificateRejected,
-            format!(
-                "the broker requires a client certificate (TLS alert {alert:?}): set {OPT_CERT} and {OPT_KEY}"
-            ),
+            format!("the broker requires a client certificate (TLS alert {alert:?}): set {OPT_CERT} and {OPT_KEY}"),
         )
     }
 }
@@ -464,7 +468,10 @@ fn load_certs(path: &Path, option: &'static str) -> Result<Vec<CertificateDer<'s
     if certs.is_empty() {
         return Err(config(
             option,
-            format!("{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)", path.display()),
+            format!(
+                "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                path.display()
+            ),
         ));
     }
     Ok(certs)
@@ -504,12 +511,8 @@ pub(crate) fn load_key(path: &Path, password: Option<&Secret>) -> Result<Private
             .ok_or_else(|| config(OPT_KEY, format!("{}: unterminated {ENCRYPTED_BEGIN}", path.display())))?;
         let (_, der) = pkcs8::der::pem::decode_vec(text[start..end].as_bytes())
             .map_err(|e| config(OPT_KEY, format!("{} is not valid PEM: {e}", path.display())))?;
-        let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice()).map_err(|e| {
-            config(
-                OPT_KEY,
-                format!("{}: not an encrypted PKCS#8 key: {e}", path.display()),
-            )
-        })?;
+        let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice())
+            .map_err(|e| config(OPT_KEY, format!("{}: not an encrypted PKCS#8 key: {e}", path.display())))?;
         let decrypted = info.decrypt(password.expose().as_bytes()).map_err(|e| {
             config(
                 OPT_KEY_PASSWORD,
@@ -537,7 +540,10 @@ pub(crate) fn load_key(path: &Path, password: Option<&Secret>) -> Result<Private
     if password.is_some() {
         return Err(config(
             OPT_KEY_PASSWORD,
-            format!("a key password is set but the key in {} is not encrypted", path.display()),
+            format!(
+                "a key password is set but the key in {} is not encrypted",
+                path.display()
+            ),
         ));
     }
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
@@ -663,19 +669,28 @@ mod tests {
             cert_file: Some("c.pem".into()),
             ..TlsConfig::default()
         };
-        assert!(matches!(cert_only.validate(), Err(Error::Config { option: OPT_KEY, .. })));
+        assert!(matches!(
+            cert_only.validate(),
+            Err(Error::Config { option: OPT_KEY, .. })
+        ));
         let key_only = TlsConfig {
             key_file: Some("k.pem".into()),
             ..TlsConfig::default()
         };
-        assert!(matches!(key_only.validate(), Err(Error::Config { option: OPT_CERT, .. })));
+        assert!(matches!(
+            key_only.validate(),
+            Err(Error::Config { option: OPT_CERT, .. })
+        ));
         let password_only = TlsConfig {
             key_password: Some(Secret::new("pw")),
             ..TlsConfig::default()
         };
         assert!(matches!(
             password_only.validate(),
-            Err(Error::Config { option: OPT_KEY_PASSWORD, .. })
+            Err(Error::Config {
+                option: OPT_KEY_PASSWORD,
+                ..
+            })
         ));
         let insecure_with_ca = TlsConfig {
             ca_file: Some("ca.pem".into()),
@@ -684,13 +699,22 @@ mod tests {
         };
         assert!(matches!(
             insecure_with_ca.validate(),
-            Err(Error::Config { option: OPT_INSECURE, .. })
+            Err(Error::Config {
+                option: OPT_INSECURE,
+                ..
+            })
         ));
         let bad_name = TlsConfig {
             server_name: Some("not a name!".into()),
             ..TlsConfig::default()
         };
-        assert!(matches!(bad_name.validate(), Err(Error::Config { option: OPT_SERVER_NAME, .. })));
+        assert!(matches!(
+            bad_name.validate(),
+            Err(Error::Config {
+                option: OPT_SERVER_NAME,
+                ..
+            })
+        ));
         assert!(TlsConfig::default().validate().is_ok());
         assert_eq!(TlsConfig::default().first_set_option(), None);
     }
@@ -728,7 +752,16 @@ mod tests {
         let encrypted = dir.join("enc.key");
         std::fs::write(&encrypted, format!("{ENCRYPTED_BEGIN}\nAAAA\n{ENCRYPTED_END}\n")).unwrap();
         let err = load_key(&encrypted, None).unwrap_err();
-        assert!(matches!(err, Error::Config { option: OPT_KEY_PASSWORD, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Config {
+                    option: OPT_KEY_PASSWORD,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
