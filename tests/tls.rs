@@ -232,9 +232,34 @@ async fn hostname_mismatch_is_refused_unless_verification_is_off() {
         .expect("metadata over TLS");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn insecure_skip_verify_connects_to_an_untrusted_broker() {
+/// Log output captured by a test's own subscriber.
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// Single-threaded, so the thread-local subscriber sees every handshake.
+#[tokio::test(flavor = "current_thread")]
+async fn insecure_skip_verify_connects_to_an_untrusted_broker_and_warns() {
     let Some(tls) = common::tls() else { return };
+    let log = CapturedLog::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
     let config = tls_config(
         &tls.ssl_brokers,
         TlsConfig {
@@ -245,6 +270,11 @@ async fn insecure_skip_verify_connects_to_an_untrusted_broker() {
     );
     let cluster = common::cluster(config).await;
     assert!(!cluster.metadata().brokers.is_empty());
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("WARN") && text.contains("certificate verification is OFF"),
+        "no warning logged:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -791,4 +791,58 @@ mod tests {
         assert!(err.to_string().contains("Metadata v13"), "{err}");
         assert!(err.to_string().contains("SASL"), "{err}");
     }
+
+    #[tokio::test]
+    async fn idle_connection_is_closed_but_not_under_a_slow_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (_, _, corr) = read_request(&mut s).await;
+            write_frame(&mut s, corr, &api_versions_v3(&[(18, 0, 4), (3, 4, 13)])).await;
+            // A request answered long after the idle limit.
+            let (key, _, corr) = read_request(&mut s).await;
+            assert_eq!(key, 3);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let mut body = BytesMut::new();
+            body.put_u8(0); // response header tagged fields
+            body.put_i32(0); // throttle
+            body.put_u8(1); // brokers: none
+            body.put_u8(0); // cluster id: null
+            body.put_i32(-1); // controller
+            body.put_u8(1); // topics: none
+            body.put_u8(0); // tagged fields
+            write_frame(&mut s, corr, &body).await;
+            // Then the client must hang up on its own.
+            let mut rest = Vec::new();
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+                .await
+                .expect("the idle connection was not closed within 10 s")
+                .unwrap();
+            assert_eq!(n, 0, "no further request expected");
+        });
+        let cfg = ClientConfig {
+            connections_max_idle: Duration::from_millis(150),
+            ..config(5000)
+        };
+        let conn = BrokerConnection::connect(&addr, None, &cfg).await.unwrap();
+        conn.request_at(12, &MetadataRequest::default())
+            .await
+            .expect("a request slower than the idle limit still completes");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !conn.is_closed() {
+            assert!(std::time::Instant::now() < deadline, "not closed within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(matches!(conn.fatal_error(), Some(Error::ConnectionClosed { .. })));
+        peer.await.unwrap();
+    }
+
+    #[test]
+    fn tls_records_are_recognised() {
+        assert!(looks_like_tls_record(&[0x15, 0x03, 0x03, 0x00, 0x02]));
+        assert!(looks_like_tls_record(&[0x16, 0x03, 0x01]));
+        assert!(!looks_like_tls_record(&[0x00, 0x00, 0x01, 0x00]));
+        assert!(!looks_like_tls_record(&[0x15]));
+    }
 }

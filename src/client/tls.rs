@@ -392,7 +392,11 @@ fn certificate_failure(cert: &CertificateError, trust: &str) -> (TlsFailure, Str
             TlsFailure::HostnameMismatch,
             format!(
                 "the broker's certificate is for [{}], not {}; {HOSTNAME_HINT}",
-                presented.join(", "),
+                presented
+                    .iter()
+                    .map(|n| presented_name(n))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 server_name_text(expected)
             ),
         ),
@@ -413,6 +417,14 @@ fn certificate_failure(cert: &CertificateError, trust: &str) -> (TlsFailure, Str
 
 const HOSTNAME_HINT: &str = "connect by a name the certificate covers, or set \
     ssl.endpoint.identification.algorithm to none (hostname_verification = false) to verify the chain only";
+
+/// rustls lists presented names as `DnsName("localhost")` / `IpAddress(127.0.0.1)`.
+fn presented_name(n: &str) -> &str {
+    n.strip_prefix("DnsName(\"")
+        .and_then(|n| n.strip_suffix("\")"))
+        .or_else(|| n.strip_prefix("IpAddress(").and_then(|n| n.strip_suffix(')')))
+        .unwrap_or(n)
+}
 
 fn server_name_text(name: &ServerName<'_>) -> String {
     match name {
@@ -654,6 +666,13 @@ impl ServerCertVerifier for NoVerification {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presented_names_are_plain() {
+        assert_eq!(presented_name("DnsName(\"localhost\")"), "localhost");
+        assert_eq!(presented_name("IpAddress(127.0.0.1)"), "127.0.0.1");
+        assert_eq!(presented_name("other"), "other");
+    }
 
     #[test]
     fn host_is_taken_from_the_address() {
