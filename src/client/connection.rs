@@ -1,14 +1,17 @@
-//! One TCP connection to one broker: the driver task that owns the socket,
-//! request pipelining by correlation id, the ApiVersions handshake and the
-//! per-request timeout.
+//! One connection to one broker (TCP, or TLS over TCP through
+//! [`super::tls`]): the driver task that owns the stream, request pipelining
+//! by correlation id, the ApiVersions handshake, the per-request timeout and
+//! the idle close (`connections_max_idle`: no request in flight for that
+//! long closes the connection; the cluster opens a new one on next use).
 //!
 //! Shape (after rskafka's `messenger.rs` and quinn's `ConnectionDriver`): a
 //! [`BrokerConnection`] is a cheap handle; the socket lives in one spawned
 //! driver task that runs a read loop and a write loop on the two halves of
-//! the stream. A caller encodes its request frame itself (so the same bytes go
-//! out on every retry), hands it to the driver with a oneshot sender, and the
-//! driver routes the response frame back by correlation id. Decoding happens
-//! in the caller, so big responses decode in parallel.
+//! the stream (any `AsyncRead`/`AsyncWrite` pair: TCP or TLS). A caller
+//! encodes its request frame itself (so the same bytes go out on every
+//! retry), hands it to the driver with a oneshot sender, and the driver
+//! routes the response frame back by correlation id. Decoding happens in the
+//! caller, so big responses decode in parallel.
 //!
 //! On connect we send ApiVersions v3 and fall back to v0 when the broker
 //! answers `UNSUPPORTED_VERSION` (KIP-511; the error answer is always a v0
