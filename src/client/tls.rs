@@ -8,7 +8,7 @@
 //! `cc`; aws-lc-rs needs cmake). Graviola runs on x86_64 (with AES-NI, AVX2,
 //! ADX, BMI1/2, PCLMULQDQ) and aarch64 (AES, SHA2, PMULL, NEON); on a CPU
 //! without those [`TlsConnector::new`] returns a typed error instead of the
-//! provider's panic. Swapping providers touches only [`crypto_provider`].
+//! provider's panic. Swapping providers touches only `crypto_provider()`.
 //!
 //! Verification (after Kafka's `ssl.endpoint.identification.algorithm`):
 //! - default: the broker's chain must lead to a CA in `ca_file` (or, without
@@ -291,8 +291,8 @@ impl TlsConnector {
     }
 
     /// Runs the TLS handshake over `io` (a connected socket to `broker`),
-    /// bounded by `timeout`. `addr` is `host:port`; the host (or the
-    /// configured server name) is what the certificate must name.
+    /// bounded by `timeout`. The host of `broker.addr` (or the configured
+    /// server name) is what the certificate must name.
     pub async fn handshake<IO>(&self, broker: &BrokerRef, io: IO, timeout: Duration) -> Result<TlsStream<IO>>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
