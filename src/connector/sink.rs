@@ -165,7 +165,9 @@ impl<B: ProducerBackend> KafkaSink<B> {
         }
         match failure {
             Some(e) => {
-                self.counters.fail(&e);
+                // Counted, and reported right here: not again at the next flush.
+                self.counters.delivery_errors.fetch_add(1, Ordering::Relaxed);
+                self.errors_reported += 1;
                 Err(e)
             }
             None => Ok(()),

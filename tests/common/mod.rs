@@ -178,16 +178,22 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
     }
 }
 
-/// Captures every event (TRACE and up) of the current thread into a
-/// buffer while the guard lives. Use a current-thread runtime so every task
-/// runs where the subscriber is installed.
-pub fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
-    let buffer = LogBuffer::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(buffer.clone())
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
-    (buffer, guard)
+/// Captures every event (TRACE and up) of this test binary into one
+/// shared buffer, from the first call on. Global rather than per-thread:
+/// tracing caches callsite interest process-wide, and a scoped subscriber
+/// misses events whose callsites other threads registered first.
+pub fn capture_logs() -> LogBuffer {
+    static BUFFER: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
+    BUFFER
+        .get_or_init(|| {
+            let buffer = LogBuffer::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::TRACE)
+                .with_ansi(false)
+                .with_writer(buffer.clone())
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+            buffer
+        })
+        .clone()
 }
