@@ -48,7 +48,9 @@ fn check(kind: FactoryKind, extra: &[(&str, &str)]) -> Result<(), ConnectorError
 fn each_bad_value_gives_its_own_named_error() {
     use FactoryKind::*;
     let sasl = [("security_protocol", "sasl_plaintext")];
-    let cases: &[(FactoryKind, &str, &str, &[(&str, &str)])] = &[
+    /// (factory, option, bad value, other options it needs).
+    type Case<'a> = (FactoryKind, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: &[Case] = &[
         (MessageSource, "auto_offset_reset", "sometimes", &[]),
         (MessageSource, "batch_max_wait_ms", "-1", &[]),
         (TextSource, "batch_max_wait_ms", "five", &[]),
@@ -90,7 +92,9 @@ fn each_bad_value_gives_its_own_named_error() {
         all.push((option, value));
         let e = check(*kind, &all).expect_err(&format!("{option}={value:?} must be refused"));
         match &e {
-            ConnectorError::InvalidOption { option: o, expected, .. } => {
+            ConnectorError::InvalidOption {
+                option: o, expected, ..
+            } => {
                 assert_eq!(o, option, "{e}");
                 assert!(!expected.is_empty(), "{e}");
             }
@@ -109,8 +113,15 @@ fn each_bad_value_gives_its_own_named_error() {
 fn unknown_options_are_refused_with_a_suggestion() {
     let e = check(FactoryKind::MessageSource, &[("borkers", "x")]).unwrap_err();
     match e {
-        ConnectorError::UnknownOption { option, suggestion, factory } => {
-            assert_eq!((option.as_str(), suggestion, factory), ("borkers", Some("brokers"), "kafka_message_source"));
+        ConnectorError::UnknownOption {
+            option,
+            suggestion,
+            factory,
+        } => {
+            assert_eq!(
+                (option.as_str(), suggestion, factory),
+                ("borkers", Some("brokers"), "kafka_message_source")
+            );
         }
         other => panic!("{other}"),
     }
@@ -119,14 +130,20 @@ fn unknown_options_are_refused_with_a_suggestion() {
     let e = check(FactoryKind::TextSource, &[("auto_offset_rest", "earliest")]).unwrap_err();
     assert!(e.to_string().contains("\"auto_offset_reset\""), "{e}");
     let e = check(FactoryKind::MessageSink, &[("qwertyuiop", "1")]).unwrap_err();
-    assert!(matches!(e, ConnectorError::UnknownOption { suggestion: None, .. }), "{e}");
+    assert!(
+        matches!(e, ConnectorError::UnknownOption { suggestion: None, .. }),
+        "{e}"
+    );
     // Another factory's option is unknown here.
     let e = check(FactoryKind::MessageSink, &[("group_id", "g")]).unwrap_err();
     assert!(matches!(e, ConnectorError::UnknownOption { .. }), "{e}");
     let e = check(FactoryKind::TextSink, &[("primary_key", "id")]).unwrap_err();
     assert!(matches!(e, ConnectorError::UnknownOption { .. }), "{e}");
     let e = check(FactoryKind::MessageSource, &[("format", "json")]).unwrap_err();
-    assert!(matches!(e, ConnectorError::UnknownOption { .. }), "format is a string-channel option: {e}");
+    assert!(
+        matches!(e, ConnectorError::UnknownOption { .. }),
+        "format is a string-channel option: {e}"
+    );
     // The registry suggests factory names the same way.
     let mut r = Registry::new();
     install(&mut r).unwrap();
@@ -154,7 +171,13 @@ fn required_options() {
             "{e}"
         );
     }
-    let e = parse_source(FactoryKind::MessageSource, &params(FactoryKind::MessageSource, &[]), 3, 3).unwrap_err();
+    let e = parse_source(
+        FactoryKind::MessageSource,
+        &params(FactoryKind::MessageSource, &[]),
+        3,
+        3,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("subtask_index"), "{e}");
 }
 
@@ -176,7 +199,11 @@ fn credentials_without_a_sasl_protocol_are_refused() {
         let e = check(kind, &[("security_protocol", "plaintext"), ("sasl_password", "pw-1")]).unwrap_err();
         assert_eq!(refused_option(&e), "sasl_password");
         // Through the passthrough.
-        let e = check(kind, &[("kafka.sasl.username", "alice"), ("kafka.sasl.password", "pw-1")]).unwrap_err();
+        let e = check(
+            kind,
+            &[("kafka.sasl.username", "alice"), ("kafka.sasl.password", "pw-1")],
+        )
+        .unwrap_err();
         assert_eq!(refused_option(&e), "kafka.sasl.username");
         let e = check(kind, &[("security_protocol", "ssl"), ("kafka.sasl.password", "pw-1")]).unwrap_err();
         assert_eq!(refused_option(&e), "kafka.sasl.password");
@@ -203,7 +230,10 @@ fn credentials_without_a_sasl_protocol_are_refused() {
         &[("sasl_password", "pw-1"), ("kafka.sasl.password", "pw-2")],
     )
     .unwrap_err();
-    assert!(!e.to_string().contains("pw-1") && !e.to_string().contains("pw-2"), "{e}");
+    assert!(
+        !e.to_string().contains("pw-1") && !e.to_string().contains("pw-2"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -241,7 +271,11 @@ fn tls_is_validated_then_refused_by_the_native_mapping() {
     for protocol in ["ssl", "sasl_ssl", "SSL"] {
         let mut extra = vec![("security_protocol", protocol), ("ssl_ca_location", "/ca.pem")];
         if protocol == "sasl_ssl" {
-            extra.extend([("sasl_mechanism", "SCRAM-SHA-256"), ("sasl_username", "u"), ("sasl_password", "p")]);
+            extra.extend([
+                ("sasl_mechanism", "SCRAM-SHA-256"),
+                ("sasl_username", "u"),
+                ("sasl_password", "p"),
+            ]);
         }
         let e = check(FactoryKind::MessageSource, &extra).unwrap_err();
         assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
@@ -257,11 +291,7 @@ fn tls_is_validated_then_refused_by_the_native_mapping() {
     // The registry refuses at build time, before any I/O.
     let mut r = Registry::new();
     install(&mut r).unwrap();
-    let ctx = BuildContext::new([
-        ("brokers", "127.0.0.1:1"),
-        ("topic", "t"),
-        ("security_protocol", "ssl"),
-    ]);
+    let ctx = BuildContext::new([("brokers", "127.0.0.1:1"), ("topic", "t"), ("security_protocol", "ssl")]);
     let e = r.build("kafka_text_source", &ctx).unwrap_err();
     assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
 }
@@ -272,10 +302,23 @@ fn sasl_needs_a_mechanism_and_credentials() {
     assert_eq!(e.option(), Some("sasl_mechanism"), "{e}");
     let e = check(
         FactoryKind::MessageSource,
-        &[("security_protocol", "sasl_plaintext"), ("sasl_mechanism", "PLAIN"), ("sasl_username", "u")],
+        &[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "PLAIN"),
+            ("sasl_username", "u"),
+        ],
     )
     .unwrap_err();
-    assert!(matches!(e, ConnectorError::MissingOption { option: "sasl_password", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ConnectorError::MissingOption {
+                option: "sasl_password",
+                ..
+            }
+        ),
+        "{e}"
+    );
     for mechanism in ["GSSAPI", "OAUTHBEARER"] {
         let e = check(
             FactoryKind::MessageSource,
@@ -330,7 +373,11 @@ fn unsupported_passthrough_properties_are_named() {
     assert_eq!(cc.client_id, "from-passthrough");
     let p = params(
         FactoryKind::MessageSink,
-        &[("kafka.compression.type", "zstd"), ("kafka.acks", "1"), ("kafka.batch.size", "1000")],
+        &[
+            ("kafka.compression.type", "zstd"),
+            ("kafka.acks", "1"),
+            ("kafka.batch.size", "1000"),
+        ],
     );
     let o = parse_sink(FactoryKind::MessageSink, &p).unwrap();
     let pc = o.producer_config().unwrap();
@@ -342,7 +389,9 @@ fn unsupported_passthrough_properties_are_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sasl_through_the_passthrough_authenticates() {
-    let (Some(brokers), Some(sasl)) = (common::brokers(), common::sasl()) else { return };
+    let (Some(brokers), Some(sasl)) = (common::brokers(), common::sasl()) else {
+        return;
+    };
     let cluster = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("conn-sasl-pass");
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;

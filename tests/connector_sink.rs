@@ -57,7 +57,11 @@ async fn message_sink_keeps_keys_and_headers_at_the_fixed_partition() {
     common::create_topic(&cluster, NewTopic::new(&topic, 3, 1)).await;
     let options = parse_sink(
         FactoryKind::MessageSink,
-        &params(&brokers, &topic, &[("fixed_partition", "2"), ("compression", "lz4"), ("acks", "all")]),
+        &params(
+            &brokers,
+            &topic,
+            &[("fixed_partition", "2"), ("compression", "lz4"), ("acks", "all")],
+        ),
     )
     .unwrap();
     let mut sink = KafkaSink::new(options).unwrap();
@@ -88,7 +92,11 @@ async fn a_record_that_cannot_be_delivered_fails_the_call_and_counts() {
     let cluster = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("conn-sink-err");
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
-    let options = parse_sink(FactoryKind::MessageSink, &params(&brokers, &topic, &[("fixed_partition", "5")])).unwrap();
+    let options = parse_sink(
+        FactoryKind::MessageSink,
+        &params(&brokers, &topic, &[("fixed_partition", "5")]),
+    )
+    .unwrap();
     let mut sink = KafkaSink::new(options).unwrap();
     sink.open().await.unwrap();
     let e = sink.on_data(vec![KafkaMessage::new("x")]).await.unwrap_err();
@@ -141,7 +149,9 @@ async fn upsert_tombstones_delete_keys_on_a_compacted_topic() {
         r#"[1,2]"#,
         r#"{"n":5}"#,
     ];
-    sink.on_data(rows.iter().map(|r| Text::from(*r)).collect()).await.unwrap();
+    sink.on_data(rows.iter().map(|r| Text::from(*r)).collect())
+        .await
+        .unwrap();
     sink.on_barrier(1).await.unwrap();
     assert_eq!(sink.skipped(), 2, "the array and the keyless row");
     assert_eq!(sink.dropped_update_before(), 1);
@@ -189,10 +199,7 @@ async fn upsert_tombstones_delete_keys_on_a_compacted_topic() {
         let key1_latest = by_key.get("1").map(Vec::len) == Some(1);
         if key2_deleted && key1_latest {
             eprintln!("compacted after {filler} segment rolls: {by_key:?}");
-            assert_eq!(
-                by_key["1"][0].as_deref(),
-                Some(&br#"{"user_id":1,"n":2}"#[..])
-            );
+            assert_eq!(by_key["1"][0].as_deref(), Some(&br#"{"user_id":1,"n":2}"#[..]));
             assert_eq!(by_key["3"].len(), 1);
             break;
         }
@@ -238,7 +245,9 @@ async fn every_factory_name_builds_and_opens() {
             }
             Operator::TextSink(mut s) => {
                 s.open().await.unwrap();
-                s.on_data(vec![Text::from(format!(r#"{{"id":"{name}"}}"#))]).await.unwrap();
+                s.on_data(vec![Text::from(format!(r#"{{"id":"{name}"}}"#))])
+                    .await
+                    .unwrap();
                 s.on_barrier(1).await.unwrap();
                 s.close().await.unwrap();
             }
@@ -248,7 +257,9 @@ async fn every_factory_name_builds_and_opens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_password_never_reaches_logs_or_state() {
-    let (Some(brokers), Some(sasl)) = (common::brokers(), common::sasl()) else { return };
+    let (Some(brokers), Some(sasl)) = (common::brokers(), common::sasl()) else {
+        return;
+    };
     let logs = common::capture_logs();
     let cluster = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("conn-canary");
@@ -305,7 +316,10 @@ async fn a_canary_password_never_reaches_logs_or_state() {
     let mut bad = KafkaSource::new(parse_source(FactoryKind::MessageSource, &p, 0, 1).unwrap()).unwrap();
     let e = bad.open().await.unwrap_err();
     assert!(matches!(e, ConnectorError::Client(_)), "{e}");
-    assert!(!e.to_string().contains(wrong) && !format!("{e:?}").contains(wrong), "{e}");
+    assert!(
+        !e.to_string().contains(wrong) && !format!("{e:?}").contains(wrong),
+        "{e}"
+    );
 
     let text = logs.contents();
     assert!(text.contains("kafka source assignment"), "logs were captured: {text}");

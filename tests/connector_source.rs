@@ -29,7 +29,11 @@ async fn read_n<S: Source<Item = KafkaMessage> + ?Sized>(s: &mut S, n: usize) ->
         if out.len() >= n {
             return out;
         }
-        assert!(Instant::now() < deadline, "only {} of {n} records within 30 s", out.len());
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} records within 30 s",
+            out.len()
+        );
         let mut got = Vec::new();
         s.produce(&mut got).await.unwrap();
         out.extend(got.into_iter().flatten());
@@ -71,7 +75,12 @@ async fn every_partition_is_owned_exactly_once_at_parallelism_1_to_4() {
             let rows = s.snapshot();
             let owned: BTreeSet<i32> = rows
                 .iter()
-                .map(|r| clink_kafka::connector::ResumeRow::from_state(r).unwrap().unwrap().partition)
+                .map(|r| {
+                    clink_kafka::connector::ResumeRow::from_state(r)
+                        .unwrap()
+                        .unwrap()
+                        .partition
+                })
                 .collect();
             assert_eq!(owned.len(), rows.len(), "one row per partition");
             for p in &owned {
@@ -133,10 +142,7 @@ async fn restore_resumes_at_exactly_the_next_record() {
         })
         .collect();
     assert_eq!(resumed_at, BTreeMap::from([(0, next(0)), (1, next(1))]));
-    assert!(
-        rows.iter().all(|r| r.key.contains(&topic)),
-        "rows name the topic"
-    );
+    assert!(rows.iter().all(|r| r.key.contains(&topic)), "rows name the topic");
 
     // A new source restored from the snapshot emits exactly the next record.
     let mut second = source(&brokers, &topic, &[], 0, 1);
@@ -147,11 +153,17 @@ async fn restore_resumes_at_exactly_the_next_record() {
     });
     second.restore(&union).unwrap();
     second.open().await.unwrap();
-    assert_eq!(second.origins(), BTreeMap::from([(0, Origin::Restored), (1, Origin::Restored)]));
+    assert_eq!(
+        second.origins(),
+        BTreeMap::from([(0, Origin::Restored), (1, Origin::Restored)])
+    );
     let remaining = (10 - next(0) + 4 - next(1)) as usize;
     let got = read_n(&mut second, remaining).await;
     let p0: Vec<String> = got.iter().filter(|m| m.partition == 0).map(text).collect();
-    assert_eq!(p0.first().map(String::as_str), Some(format!("payload-{}", next(0)).as_str()));
+    assert_eq!(
+        p0.first().map(String::as_str),
+        Some(format!("payload-{}", next(0)).as_str())
+    );
     assert_eq!(p0, values("payload", next(0) as usize..10));
     assert_eq!(got.len(), remaining, "nothing replayed, nothing skipped");
     second.close().await.unwrap();
@@ -175,7 +187,13 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
 
     // earliest: from offset 0.
     let group = common::unique_topic("g-earliest");
-    let mut s = source(&brokers, &topic, &[("group_id", &group), ("auto_offset_reset", "earliest")], 0, 1);
+    let mut s = source(
+        &brokers,
+        &topic,
+        &[("group_id", &group), ("auto_offset_reset", "earliest")],
+        0,
+        1,
+    );
     s.open().await.unwrap();
     assert_eq!(s.origins()[&0], Origin::Reset(AutoOffsetReset::Earliest));
     assert_eq!(s.assignment(), vec![(0, 0)]);
@@ -185,7 +203,13 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
 
     // latest: only what comes after open.
     let group = common::unique_topic("g-latest");
-    let mut s = source(&brokers, &topic, &[("group_id", &group), ("auto_offset_reset", "latest")], 0, 1);
+    let mut s = source(
+        &brokers,
+        &topic,
+        &[("group_id", &group), ("auto_offset_reset", "latest")],
+        0,
+        1,
+    );
     s.open().await.unwrap();
     assert_eq!(s.origins()[&0], Origin::Reset(AutoOffsetReset::Latest));
     assert_eq!(s.assignment(), vec![(0, 3)]);
@@ -197,7 +221,13 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
 
     // none: an error naming the partition.
     let group = common::unique_topic("g-none");
-    let mut s = source(&brokers, &topic, &[("group_id", &group), ("auto_offset_reset", "none")], 0, 1);
+    let mut s = source(
+        &brokers,
+        &topic,
+        &[("group_id", &group), ("auto_offset_reset", "none")],
+        0,
+        1,
+    );
     let e = s.open().await.unwrap_err();
     match &e {
         ConnectorError::NoStartOffset { topic: t, partition } => {
@@ -212,7 +242,13 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
     let group = common::unique_topic("g-stored");
     let offsets = GroupOffsets::new(cluster.clone(), &group).unwrap();
     offsets.commit(&[(topic.as_str(), 0, 2, None)]).await.unwrap();
-    let mut s = source(&brokers, &topic, &[("group_id", &group), ("auto_offset_reset", "none")], 0, 1);
+    let mut s = source(
+        &brokers,
+        &topic,
+        &[("group_id", &group), ("auto_offset_reset", "none")],
+        0,
+        1,
+    );
     s.open().await.unwrap();
     assert_eq!(s.origins()[&0], Origin::Stored);
     let got = read_n(&mut s, 2).await;
@@ -317,10 +353,7 @@ async fn batch_max_wait_bounds_batches_on_a_trickle() {
     // With the bound, a batch closes within 5 ms of its first record, so a
     // 40 ms trickle comes out in many small batches; without it one batch
     // keeps filling while records keep coming.
-    assert!(
-        bounded_sizes.len() >= total / 3,
-        "bounded batches: {bounded_sizes:?}"
-    );
+    assert!(bounded_sizes.len() >= total / 3, "bounded batches: {bounded_sizes:?}");
     assert!(
         unbounded_sizes.len() < bounded_sizes.len() && unbounded_sizes.len() <= 3,
         "unbounded batches: {unbounded_sizes:?} vs bounded {bounded_sizes:?}"
@@ -438,4 +471,52 @@ async fn batch_shapes_in_virtual_time() {
     assert_eq!(batch_sizes(0, 2048).await, vec![40]);
     // max_batch_size caps either way.
     assert_eq!(batch_sizes(0, 16).await, vec![16, 16, 8]);
+}
+
+/// Collects batches and cancels the loop once `until` records came.
+struct CancelAfter<'a> {
+    got: Vec<KafkaMessage>,
+    until: usize,
+    cancel: &'a std::sync::atomic::AtomicBool,
+}
+
+impl clink_kafka::connector::Emitter<KafkaMessage> for CancelAfter<'_> {
+    fn emit(&mut self, batch: Vec<KafkaMessage>) {
+        self.got.extend(batch);
+        if self.got.len() >= self.until {
+            self.cancel.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn drive_runs_until_cancelled_and_snapshots_fall_on_batch_boundaries() {
+    let mut o = SourceOptions::new("h:1", "t");
+    o.partition_discovery_interval = Duration::ZERO;
+    let backend = Trickle {
+        start: tokio::time::Instant::now(),
+        gap: Duration::from_millis(2),
+        next: 0,
+        total: 40,
+        queue: VecDeque::new(),
+    };
+    let mut s = KafkaSource::with_backend(o, backend);
+    s.open().await.unwrap();
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let mut emitter = CancelAfter {
+        got: Vec::new(),
+        until: 10,
+        cancel: &cancel,
+    };
+    let emitted = clink_kafka::connector::drive(&mut s, &mut emitter, &cancel)
+        .await
+        .unwrap();
+    assert_eq!(emitted as usize, emitter.got.len());
+    assert!(emitter.got.len() >= 10);
+    // The snapshot resumes right after the last emitted record.
+    let rows = s.snapshot();
+    let row = clink_kafka::connector::ResumeRow::from_state(&rows[0])
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.next_offset, emitter.got.last().unwrap().offset + 1);
 }

@@ -60,7 +60,11 @@ fn the_spec_examples_build_the_right_factories() {
     assert!(matches!(op, Operator::TextSource(_)), "{op:?}");
     let (planned, op) = build_table(&r, &clicks, TableRole::Sink, 0, 1).unwrap();
     assert_eq!(planned.factory, "kafka_sink_string");
-    assert_eq!(planned.context.param("group_id"), None, "source-only options stay with the source");
+    assert_eq!(
+        planned.context.param("group_id"),
+        None,
+        "source-only options stay with the source"
+    );
     assert!(matches!(op, Operator::TextSink(_)), "{op:?}");
 
     let counts = parse_create_table(CLICK_COUNTS).unwrap();
@@ -94,9 +98,15 @@ fn exactly_once_is_not_available_yet_and_modes_are_checked() {
     let e = plan(&bogus, TableRole::Sink, 0, 1).unwrap_err();
     assert_eq!(e.option(), Some("mode"), "{e}");
     let jdbc = parse_create_table("CREATE TABLE t (a BIGINT) WITH (connector = 'jdbc')").unwrap();
-    assert_eq!(plan(&jdbc, TableRole::Sink, 0, 1).unwrap_err().option(), Some("connector"));
+    assert_eq!(
+        plan(&jdbc, TableRole::Sink, 0, 1).unwrap_err().option(),
+        Some("connector")
+    );
     let none = parse_create_table("CREATE TABLE t (a BIGINT)").unwrap();
-    assert_eq!(plan(&none, TableRole::Sink, 0, 1).unwrap_err().option(), Some("connector"));
+    assert_eq!(
+        plan(&none, TableRole::Sink, 0, 1).unwrap_err().option(),
+        Some("connector")
+    );
     assert!(parse_create_table("SELECT 1").is_err());
     assert!(parse_create_table("CREATE TABLE t (a DECIMAL(10,2)) WITH (connector = 'kafka')").is_err());
 }
@@ -147,14 +157,21 @@ async fn rows_go_through_the_json_bridge_to_the_broker_and_back() {
                 SqlValue::Integer(i),
                 SqlValue::String(format!("/page/{i}?q=\"x\"")),
                 SqlValue::Double(i as f64 / 2.0),
-                if i % 2 == 0 { SqlValue::Boolean(false) } else { SqlValue::Null },
+                if i % 2 == 0 {
+                    SqlValue::Boolean(false)
+                } else {
+                    SqlValue::Null
+                },
             ])
         })
         .collect();
     let (_, sink) = build_table(&r, &table, TableRole::Sink, 0, 1).unwrap();
     let mut sink = sink.into_text_sink("kafka_sink_string").unwrap();
     sink.open().await.unwrap();
-    let texts = rows.iter().map(|row| row_to_json(&table.columns, row).unwrap()).collect();
+    let texts = rows
+        .iter()
+        .map(|row| row_to_json(&table.columns, row).unwrap())
+        .collect();
     sink.on_data(texts).await.unwrap();
     sink.on_barrier(1).await.unwrap();
     sink.close().await.unwrap();

@@ -181,7 +181,12 @@ impl ConsumerBackend for NativeConsumer {
         Ok(consumer.list_offset(topic, partition, which).await?)
     }
 
-    async fn committed(&mut self, group_id: &str, topic: &str, partitions: &[i32]) -> Result<BTreeMap<i32, Option<i64>>> {
+    async fn committed(
+        &mut self,
+        group_id: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<BTreeMap<i32, Option<i64>>> {
         let require_stable = self.consumer_config.isolation == IsolationLevel::ReadCommitted;
         let (cluster, _) = self.parts()?;
         let group = GroupOffsets::new(cluster.clone(), group_id)?;

@@ -23,7 +23,10 @@ pub enum ConnectorError {
     },
     /// A required option is absent (or empty).
     #[error("missing required option {option:?} for {factory}")]
-    MissingOption { option: &'static str, factory: &'static str },
+    MissingOption {
+        option: &'static str,
+        factory: &'static str,
+    },
     /// The option's value is not one of the accepted ones.
     #[error("invalid value {value:?} for option {option:?}: expected {expected}")]
     InvalidOption {

@@ -404,8 +404,12 @@ fn unsupported_reason(property: &str) -> String {
         "client.rack" => "the native consumer always fetches from the partition leader (no KIP-392 rack-aware \
                           follower fetching), so a rack would have no effect"
             .into(),
-        "enable.auto.offset.store" | "auto.commit.interval.ms" | "group.instance.id" | "session.timeout.ms"
-        | "max.poll.interval.ms" | "partition.assignment.strategy" => {
+        "enable.auto.offset.store"
+        | "auto.commit.interval.ms"
+        | "group.instance.id"
+        | "session.timeout.ms"
+        | "max.poll.interval.ms"
+        | "partition.assignment.strategy" => {
             "the source assigns partitions itself and never joins or commits to a consumer group; the engine's \
              checkpoints are the resume authority"
                 .into()
@@ -519,14 +523,19 @@ fn parse_u64(option: &str, value: &str, expected: &str) -> Result<u64> {
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ConnectorError::invalid(option, value, expected));
     }
-    v.parse::<u64>().map_err(|_| ConnectorError::invalid(option, value, expected))
+    v.parse::<u64>()
+        .map_err(|_| ConnectorError::invalid(option, value, expected))
 }
 
 fn parse_ms(option: &str, value: &str) -> Result<Duration> {
     const EXPECTED: &str = "a non-negative integer number of milliseconds";
     let ms = parse_u64(option, value, EXPECTED)?;
     if ms > i32::MAX as u64 {
-        return Err(ConnectorError::invalid(option, value, format!("{EXPECTED} up to {}", i32::MAX)));
+        return Err(ConnectorError::invalid(
+            option,
+            value,
+            format!("{EXPECTED} up to {}", i32::MAX),
+        ));
     }
     Ok(Duration::from_millis(ms))
 }
@@ -607,7 +616,9 @@ fn parse_topic(option: &str, value: &str) -> Result<String> {
         && value.len() <= 249
         && value != "."
         && value != ".."
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if ok {
         Ok(value.to_owned())
     } else {
@@ -777,7 +788,10 @@ pub fn parse_source(
             .transpose()
     };
     o.consumer = ConsumerTuning {
-        max_wait: inputs.get("fetch.wait.max.ms").map(|(v, k)| parse_ms(k, v)).transpose()?,
+        max_wait: inputs
+            .get("fetch.wait.max.ms")
+            .map(|(v, k)| parse_ms(k, v))
+            .transpose()?,
         min_bytes: i32_in("fetch.min.bytes", 1)?,
         max_bytes: i32_in("fetch.max.bytes", 1024)?,
         partition_max_bytes: i32_in("max.partition.fetch.bytes", 1)?,
@@ -903,13 +917,7 @@ mod tests {
 
     #[test]
     fn source_defaults_follow_the_spec() {
-        let o = parse_source(
-            FactoryKind::TextSource,
-            &p(&[("brokers", "h:1"), ("topic", "t")]),
-            0,
-            1,
-        )
-        .unwrap();
+        let o = parse_source(FactoryKind::TextSource, &p(&[("brokers", "h:1"), ("topic", "t")]), 0, 1).unwrap();
         assert_eq!(o.group_id, "clink");
         assert_eq!(o.client_id, "clink-source");
         assert_eq!(o.auto_offset_reset, AutoOffsetReset::Earliest);

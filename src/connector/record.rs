@@ -69,10 +69,7 @@ impl KafkaMessage {
 
     /// The same record with one more header.
     pub fn with_header(mut self, key: impl Into<Bytes>, value: Option<Bytes>) -> Self {
-        self.headers.push(Header {
-            key: key.into(),
-            value,
-        });
+        self.headers.push(Header { key: key.into(), value });
         self
     }
 

@@ -240,7 +240,9 @@ fn build_text_source(ctx: &BuildContext) -> Result<Operator> {
         ctx.subtask_index(),
         ctx.parallelism(),
     )?;
-    Ok(Operator::TextSource(Box::new(TextKafkaSource::new(KafkaSource::new(o)?))))
+    Ok(Operator::TextSource(Box::new(TextKafkaSource::new(KafkaSource::new(
+        o,
+    )?))))
 }
 
 fn build_message_sink(ctx: &BuildContext) -> Result<Operator> {

@@ -154,7 +154,11 @@ pub fn alias_of_property(property: &str) -> Option<&'static str> {
 /// echoed (errors, logs, Debug).
 pub fn is_secret_option(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    k.contains("password") || k.contains("secret") || k.contains("jaas") || k.contains("token") || k.ends_with("key.pem")
+    k.contains("password")
+        || k.contains("secret")
+        || k.contains("jaas")
+        || k.contains("token")
+        || k.ends_with("key.pem")
 }
 
 impl SecurityInputs {
@@ -304,7 +308,9 @@ impl SecurityInputs {
                 });
             }
             if !verify_certificate {
-                tracing::warn!("enable_ssl_certificate_verification=false: the broker certificate is not verified (testing only)");
+                tracing::warn!(
+                    "enable_ssl_certificate_verification=false: the broker certificate is not verified (testing only)"
+                );
             }
             Some(tls)
         } else {
@@ -385,12 +391,20 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let e = inputs(&[("sasl_username", "a"), ("sasl_password", "p")]).resolve().unwrap_err();
-        assert!(matches!(&e, ConnectorError::InsecureConfig { option, .. } if option == "sasl_username"), "{e}");
+        let e = inputs(&[("sasl_username", "a"), ("sasl_password", "p")])
+            .resolve()
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConnectorError::InsecureConfig { option, .. } if option == "sasl_username"),
+            "{e}"
+        );
         let e = inputs(&[("security_protocol", "plaintext"), ("ssl_ca_location", "/ca.pem")])
             .resolve()
             .unwrap_err();
-        assert!(matches!(&e, ConnectorError::InsecureConfig { option, .. } if option == "ssl_ca_location"), "{e}");
+        assert!(
+            matches!(&e, ConnectorError::InsecureConfig { option, .. } if option == "ssl_ca_location"),
+            "{e}"
+        );
         let e = inputs(&[("security_protocol", "sasl_plaintext"), ("sasl_mechanism", "GSSAPI")])
             .resolve()
             .unwrap_err();
@@ -405,7 +419,8 @@ mod tests {
     #[test]
     fn alias_and_passthrough_must_agree() {
         let mut s = SecurityInputs::default();
-        s.set("security_protocol", "sasl_plaintext", "security_protocol").unwrap();
+        s.set("security_protocol", "sasl_plaintext", "security_protocol")
+            .unwrap();
         let e = s
             .set("security_protocol", "plaintext", "kafka.security.protocol")
             .unwrap_err();

@@ -190,7 +190,10 @@ impl<B: ProducerBackend> KafkaSink<B> {
         };
         if tokio::time::timeout(timeout, wait).await.is_err() {
             return Err(ConnectorError::Client(crate::error::Error::Timeout {
-                operation: format!("waiting for acknowledgements from {:?} (flush_timeout)", self.options.topic),
+                operation: format!(
+                    "waiting for acknowledgements from {:?} (flush_timeout)",
+                    self.options.topic
+                ),
                 timeout,
             }));
         }
@@ -290,10 +293,7 @@ impl<B: ProducerBackend> Sink for TextKafkaSink<B> {
     }
 
     fn on_data(&mut self, batch: Batch<Text>) -> BoxFuture<'_, Result<()>> {
-        let batch = batch
-            .into_iter()
-            .map(|t| KafkaMessage::new(t.into_bytes()))
-            .collect();
+        let batch = batch.into_iter().map(|t| KafkaMessage::new(t.into_bytes())).collect();
         self.inner.on_data(batch)
     }
 

@@ -398,7 +398,9 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         if count <= self.partition_count {
             return Ok(());
         }
-        let added: Vec<i32> = (self.partition_count..count).filter(|p| self.options.owns(*p)).collect();
+        let added: Vec<i32> = (self.partition_count..count)
+            .filter(|p| self.options.owns(*p))
+            .collect();
         self.partition_count = count;
         if added.is_empty() {
             return Ok(());

@@ -376,8 +376,7 @@ pub fn row_to_json(columns: &[Column], row: &Row) -> Result<Text> {
             (_, SqlValue::Null) => Value::Null,
             (SqlType::Integer, SqlValue::Integer(i)) => Value::Number((*i).into()),
             (SqlType::Double, SqlValue::Double(d)) => Value::Number(
-                Number::from_f64(*d)
-                    .ok_or_else(|| json_error(format!("column {:?}: {d} has no JSON form", c.name)))?,
+                Number::from_f64(*d).ok_or_else(|| json_error(format!("column {:?}: {d} has no JSON form", c.name)))?,
             ),
             (SqlType::Double, SqlValue::Integer(i)) => Value::Number((*i).into()),
             (SqlType::Boolean, SqlValue::Boolean(b)) => Value::Bool(*b),

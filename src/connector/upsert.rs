@@ -158,7 +158,10 @@ impl<B: ProducerBackend> fmt::Debug for UpsertSink<B> {
 
 impl UpsertSink<NativeProducer> {
     pub fn new(options: UpsertOptions) -> Result<Self> {
-        Ok(UpsertSink::with_sink(KafkaSink::new(options.sink)?, options.primary_key))
+        Ok(UpsertSink::with_sink(
+            KafkaSink::new(options.sink)?,
+            options.primary_key,
+        ))
     }
 }
 
@@ -276,11 +279,16 @@ mod tests {
             UpsertAction::Emit(KafkaMessage::tombstone("x"))
         );
         assert_eq!(upsert_action(r#"{"id":1,"__row_kind":"-U"}"#, &k), UpsertAction::Drop);
-        assert!(matches!(upsert_action(r#"{"id":1,"__row_kind":"+U"}"#, &k), UpsertAction::Emit(m) if m.payload.is_some()));
+        assert!(
+            matches!(upsert_action(r#"{"id":1,"__row_kind":"+U"}"#, &k), UpsertAction::Emit(m) if m.payload.is_some())
+        );
         assert!(matches!(upsert_action("[1]", &k), UpsertAction::Skip(r) if r.contains("not a JSON object")));
         assert!(matches!(upsert_action(r#"{"v":1}"#, &k), UpsertAction::Skip(r) if r.contains("no key field")));
         assert!(matches!(upsert_action(r#"{"id":null}"#, &k), UpsertAction::Skip(_)));
-        assert!(matches!(upsert_action(r#"{"id":1,"__row_kind":"upsert"}"#, &k), UpsertAction::Skip(_)));
+        assert!(matches!(
+            upsert_action(r#"{"id":1,"__row_kind":"upsert"}"#, &k),
+            UpsertAction::Skip(_)
+        ));
         assert!(matches!(upsert_action("not json", &k), UpsertAction::Skip(_)));
     }
 

@@ -146,7 +146,10 @@ pub async fn produce_values(cluster: &Cluster, topic: &str, partition: Option<i3
 
 /// Connector build parameters: `brokers`, `topic`, then `extra`.
 pub fn connector_params(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut p = vec![("brokers".to_owned(), brokers.to_owned()), ("topic".to_owned(), topic.to_owned())];
+    let mut p = vec![
+        ("brokers".to_owned(), brokers.to_owned()),
+        ("topic".to_owned(), topic.to_owned()),
+    ];
     p.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     p
 }
