@@ -27,7 +27,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::backend::{ConsumerBackend, NativeConsumer, Watermark};
 use super::error::{ConnectorError, Result};
