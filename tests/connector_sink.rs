@@ -323,6 +323,12 @@ async fn a_canary_password_never_reaches_logs_or_state() {
 
     let text = logs.contents();
     assert!(text.contains("kafka source assignment"), "logs were captured: {text}");
+    // The assignment line names the subtask, the partition, its start and origin.
+    let line = text
+        .lines()
+        .find(|l| l.contains("kafka source assignment") && l.contains(&topic))
+        .expect("the assignment line");
+    assert!(line.contains("subtask=0/1") && line.contains("partitions=0@0(earliest)"), "{line}");
     assert!(!text.contains(&canary), "the password is in the logs");
     assert!(!text.contains(wrong), "the wrong password is in the logs");
 }
