@@ -328,7 +328,10 @@ async fn a_canary_password_never_reaches_logs_or_state() {
         .lines()
         .find(|l| l.contains("kafka source assignment") && l.contains(&topic))
         .expect("the assignment line");
-    assert!(line.contains("subtask=0/1") && line.contains("partitions=0@0(earliest)"), "{line}");
+    assert!(
+        line.contains("subtask=0/1") && line.contains("partitions=0@0(earliest)"),
+        "{line}"
+    );
     assert!(!text.contains(&canary), "the password is in the logs");
     assert!(!text.contains(wrong), "the wrong password is in the logs");
 }

@@ -168,6 +168,17 @@ async fn restore_resumes_at_exactly_the_next_record() {
     assert_eq!(got.len(), remaining, "nothing replayed, nothing skipped");
     second.close().await.unwrap();
 
+    // Reopened, the same instance continues from what it tracked.
+    common::produce_values(&cluster, &topic, Some(0), &["payload-10".to_owned()]).await;
+    second.open().await.unwrap();
+    assert_eq!(
+        second.origins(),
+        BTreeMap::from([(0, Origin::Tracked), (1, Origin::Tracked)])
+    );
+    let got = read_n(&mut second, 1).await;
+    assert_eq!(got.iter().map(text).collect::<Vec<_>>(), ["payload-10"]);
+    second.close().await.unwrap();
+
     // A restore hands every subtask the union; each keeps what it owns.
     let mut odd = source(&brokers, &topic, &[], 1, 2);
     odd.restore(&rows).unwrap();

@@ -181,7 +181,8 @@ impl<B: ProducerBackend> KafkaSink<B> {
             return Ok(());
         }
         let timeout = self.options.flush_timeout;
-        let flushed = self.backend.flush(timeout).await;
+        // A producer that could not flush will not acknowledge soon either.
+        self.backend.flush(timeout).await?;
         let watchers = std::mem::take(&mut self.watchers);
         let wait = async {
             for w in watchers {
@@ -207,7 +208,7 @@ impl<B: ProducerBackend> KafkaSink<B> {
                 first: self.counters.take_first_error().unwrap_or_default(),
             });
         }
-        flushed
+        Ok(())
     }
 
     pub async fn close_sink(&mut self) -> Result<()> {

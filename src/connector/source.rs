@@ -237,6 +237,8 @@ impl<B: ConsumerBackend> KafkaSource<B> {
             });
         }
         self.restored.clear();
+        // A restore is the resume authority over anything tracked before it.
+        self.tracked.clear();
         for row in rows {
             let Some(r) = ResumeRow::from_state(row)? else { continue };
             if r.topic == self.options.topic && self.options.owns(r.partition) {
@@ -246,9 +248,16 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         Ok(())
     }
 
-    /// The resume rows: one per owned partition.
+    /// The resume rows: one per owned partition (before `open`, what a
+    /// restore or an earlier run left).
     pub fn resume_rows(&self) -> Vec<ResumeRow> {
-        let positions = if self.opened { &self.assigned } else { &self.restored };
+        let positions = if self.opened {
+            self.assigned.clone()
+        } else {
+            let mut p = self.restored.clone();
+            p.extend(self.tracked.iter().map(|(k, v)| (*k, *v)));
+            p
+        };
         positions
             .iter()
             .map(|(p, o)| ResumeRow {
@@ -271,6 +280,8 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         let count = self.backend.partition_count(&self.options.topic).await?;
         let owned: Vec<i32> = (0..count).filter(|p| self.options.owns(*p)).collect();
         let starts = self.resolve_starts(&owned, true).await?;
+        // Applied: from here on the live positions are the authority.
+        self.restored.clear();
         self.partition_count = count;
         self.opened = true;
         self.reassign(starts).await?;
