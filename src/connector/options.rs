@@ -236,17 +236,30 @@ impl SourceOptions {
     /// The native consumer configuration. Out-of-range offsets are errors
     /// (no silent reset): start offsets are resolved before assignment.
     pub fn consumer_config(&self) -> ConsumerConfig {
-        let d = ConsumerConfig::default();
+        // Mutating the default (not a struct literal) keeps this compiling
+        // when the client grows settings.
+        let mut c = ConsumerConfig::default();
         let t = &self.consumer;
-        ConsumerConfig {
-            isolation: t.isolation.unwrap_or(d.isolation),
-            max_wait: t.max_wait.unwrap_or(d.max_wait),
-            min_bytes: t.min_bytes.unwrap_or(d.min_bytes),
-            max_bytes: t.max_bytes.unwrap_or(d.max_bytes),
-            partition_max_bytes: t.partition_max_bytes.unwrap_or(d.partition_max_bytes),
-            check_crcs: t.check_crcs.unwrap_or(d.check_crcs),
-            auto_offset_reset: None,
+        if let Some(v) = t.isolation {
+            c.isolation = v;
         }
+        if let Some(v) = t.max_wait {
+            c.max_wait = v;
+        }
+        if let Some(v) = t.min_bytes {
+            c.min_bytes = v;
+        }
+        if let Some(v) = t.max_bytes {
+            c.max_bytes = v;
+        }
+        if let Some(v) = t.partition_max_bytes {
+            c.partition_max_bytes = v;
+        }
+        if let Some(v) = t.check_crcs {
+            c.check_crcs = v;
+        }
+        c.auto_offset_reset = None;
+        c
     }
 }
 
@@ -295,7 +308,6 @@ impl SinkOptions {
     }
 
     pub fn producer_config(&self) -> Result<ProducerConfig> {
-        let d = ProducerConfig::default();
         let t = &self.producer;
         let idempotent = match t.idempotent {
             Some(true) if self.acks != Acks::All => {
@@ -306,17 +318,29 @@ impl SinkOptions {
             Some(v) => v,
             None => self.acks == Acks::All,
         };
-        Ok(ProducerConfig {
+        let mut c = ProducerConfig {
             acks: self.acks,
             idempotent,
             compression: self.compression,
             linger: self.linger,
-            batch_size: t.batch_size.unwrap_or(d.batch_size),
-            buffer_memory: t.buffer_memory.unwrap_or(d.buffer_memory),
-            max_record_size: t.max_record_size.unwrap_or(d.max_record_size),
-            ack_timeout: t.ack_timeout.unwrap_or(d.ack_timeout),
-            delivery_timeout: t.delivery_timeout.unwrap_or(d.delivery_timeout),
-        })
+            ..ProducerConfig::default()
+        };
+        if let Some(v) = t.batch_size {
+            c.batch_size = v;
+        }
+        if let Some(v) = t.buffer_memory {
+            c.buffer_memory = v;
+        }
+        if let Some(v) = t.max_record_size {
+            c.max_record_size = v;
+        }
+        if let Some(v) = t.ack_timeout {
+            c.ack_timeout = v;
+        }
+        if let Some(v) = t.delivery_timeout {
+            c.delivery_timeout = v;
+        }
+        Ok(c)
     }
 }
 
