@@ -18,7 +18,9 @@ use clink_kafka::connector::{
 };
 
 fn params(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
-    common::connector_params(brokers, topic, extra).into_iter().collect()
+    common::connector::connector_params(brokers, topic, extra)
+        .into_iter()
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +226,7 @@ async fn every_factory_name_builds_and_opens() {
         if *name == "kafka_upsert_sink_string" {
             extra.push(("primary_key", "id"));
         }
-        let ctx = BuildContext::new(common::connector_params(&brokers, &topic, &extra)).with_subtask(1, 2);
+        let ctx = BuildContext::new(common::connector::connector_params(&brokers, &topic, &extra)).with_subtask(1, 2);
         let op = registry.build(name, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
         match op {
             Operator::MessageSource(mut s) => {
@@ -260,7 +262,7 @@ async fn a_canary_password_never_reaches_logs_or_state() {
     let (Some(brokers), Some(sasl)) = (common::brokers(), common::sasl()) else {
         return;
     };
-    let logs = common::capture_logs();
+    let logs = common::connector::capture_logs();
     let cluster = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("conn-canary");
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;

@@ -17,7 +17,9 @@ use clink_kafka::connector::{
 };
 
 fn source(brokers: &str, topic: &str, extra: &[(&str, &str)], index: u32, n: u32) -> KafkaSource {
-    let params: BTreeMap<String, String> = common::connector_params(brokers, topic, extra).into_iter().collect();
+    let params: BTreeMap<String, String> = common::connector::connector_params(brokers, topic, extra)
+        .into_iter()
+        .collect();
     KafkaSource::new(parse_source(FactoryKind::MessageSource, &params, index, n).unwrap()).unwrap()
 }
 
@@ -57,14 +59,14 @@ async fn every_partition_is_owned_exactly_once_at_parallelism_1_to_4() {
     let partitions = 7;
     common::create_topic(&cluster, NewTopic::new(&topic, partitions, 1)).await;
     for p in 0..partitions {
-        common::produce_values(&cluster, &topic, Some(p), &[format!("p{p}")]).await;
+        common::connector::produce_values(&cluster, &topic, Some(p), &[format!("p{p}")]).await;
     }
     let mut registry = Registry::new();
     install(&mut registry).unwrap();
     for n in 1..=4u32 {
         let mut owners: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
         for i in 0..n {
-            let ctx = BuildContext::new(common::connector_params(&brokers, &topic, &[])).with_subtask(i, n);
+            let ctx = BuildContext::new(common::connector::connector_params(&brokers, &topic, &[])).with_subtask(i, n);
             let mut s = registry
                 .build("kafka_message_source", &ctx)
                 .unwrap()
@@ -107,8 +109,8 @@ async fn restore_resumes_at_exactly_the_next_record() {
     let cluster = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("conn-restore");
     common::create_topic(&cluster, NewTopic::new(&topic, 2, 1)).await;
-    common::produce_values(&cluster, &topic, Some(0), &values("payload", 0..10)).await;
-    common::produce_values(&cluster, &topic, Some(1), &values("other", 0..4)).await;
+    common::connector::produce_values(&cluster, &topic, Some(0), &values("payload", 0..10)).await;
+    common::connector::produce_values(&cluster, &topic, Some(1), &values("other", 0..4)).await;
 
     // Standalone source, batches of 3 from partition 0 only... both
     // partitions are owned; read until six partition-0 records went by.
@@ -169,7 +171,7 @@ async fn restore_resumes_at_exactly_the_next_record() {
     second.close().await.unwrap();
 
     // Reopened, the same instance continues from what it tracked.
-    common::produce_values(&cluster, &topic, Some(0), &["payload-10".to_owned()]).await;
+    common::connector::produce_values(&cluster, &topic, Some(0), &["payload-10".to_owned()]).await;
     second.open().await.unwrap();
     assert_eq!(
         second.origins(),
@@ -194,7 +196,7 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
     let cluster = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("conn-fresh");
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
-    common::produce_values(&cluster, &topic, Some(0), &values("old", 0..3)).await;
+    common::connector::produce_values(&cluster, &topic, Some(0), &values("old", 0..3)).await;
 
     // earliest: from offset 0.
     let group = common::unique_topic("g-earliest");
@@ -224,7 +226,7 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
     s.open().await.unwrap();
     assert_eq!(s.origins()[&0], Origin::Reset(AutoOffsetReset::Latest));
     assert_eq!(s.assignment(), vec![(0, 3)]);
-    common::produce_values(&cluster, &topic, Some(0), &["new-0".to_owned()]).await;
+    common::connector::produce_values(&cluster, &topic, Some(0), &["new-0".to_owned()]).await;
     let got = read_n(&mut s, 1).await;
     assert_eq!(got.iter().map(text).collect::<Vec<_>>(), ["new-0"]);
     assert_eq!(got[0].offset, 3);
@@ -279,15 +281,15 @@ async fn a_partition_added_while_running_is_picked_up() {
     let cluster = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("conn-discover");
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
-    common::produce_values(&cluster, &topic, Some(0), &["p0-a".to_owned()]).await;
+    common::connector::produce_values(&cluster, &topic, Some(0), &["p0-a".to_owned()]).await;
     let mut s = source(&brokers, &topic, &[("partition_discovery_interval", "200ms")], 0, 1);
     s.open().await.unwrap();
     assert_eq!(read_n(&mut s, 1).await.iter().map(text).collect::<Vec<_>>(), ["p0-a"]);
     assert_eq!(s.assignments(), 1);
 
     Admin::new(cluster.clone()).create_partitions(&topic, 2).await.unwrap();
-    common::produce_values(&cluster, &topic, Some(1), &["p1-a".to_owned()]).await;
-    common::produce_values(&cluster, &topic, Some(0), &["p0-b".to_owned()]).await;
+    common::connector::produce_values(&cluster, &topic, Some(1), &["p1-a".to_owned()]).await;
+    common::connector::produce_values(&cluster, &topic, Some(0), &["p0-b".to_owned()]).await;
     let got = read_n(&mut s, 2).await;
     let mut texts: Vec<String> = got.iter().map(text).collect();
     texts.sort();
@@ -303,7 +305,7 @@ async fn a_partition_added_while_running_is_picked_up() {
     fixed.open().await.unwrap();
     assert_eq!(fixed.assignment().len(), 2);
     Admin::new(cluster.clone()).create_partitions(&topic, 3).await.unwrap();
-    common::produce_values(&cluster, &topic, Some(2), &["p2-a".to_owned()]).await;
+    common::connector::produce_values(&cluster, &topic, Some(2), &["p2-a".to_owned()]).await;
     let got = read_n(&mut fixed, 3).await;
     assert!(got.iter().all(|m| m.partition < 2), "{got:?}");
     assert_eq!(fixed.assignments(), 1);
