@@ -89,13 +89,15 @@ pub trait ProducerBackend: Send + Sync {
 }
 
 /// The producer a two-phase-commit sink (`kafka_2pc_sink_string`) needs:
-/// a transaction per checkpoint interval, committed at `on_commit`, and the
-/// producer identity its resume handle stages into the checkpoint. Not
-/// implemented by the native backend yet (the client's transactional
-/// producer is in progress).
+/// one transaction per checkpoint interval, flushed at the barrier (through
+/// [`ProducerBackend::flush`]), committed at `on_commit`, aborted at
+/// `on_abort`; and the producer identity its resume handle stages into the
+/// checkpoint at each barrier. Not implemented by the native backend yet:
+/// the client's transactional producer is being written (its shape, init →
+/// identity, begin, send / flush, commit, abort, is what this trait asks).
 pub trait TransactionalProducerBackend: ProducerBackend {
-    /// InitProducerId for `transactional_id`: fences older instances and
-    /// aborts what they left open.
+    /// InitProducerId for `transactional_id` (connecting first): fences
+    /// older instances and aborts what they left open.
     fn init_transactions(
         &mut self,
         transactional_id: &str,
@@ -104,15 +106,12 @@ pub trait TransactionalProducerBackend: ProducerBackend {
 
     fn begin_transaction(&mut self) -> Result<()>;
 
-    /// Flushes and seals the open transaction so it can be committed later
-    /// (the barrier); returns the identity to stage in the resume handle.
-    fn prepare_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<ProducerIdentity>> + Send;
-
+    /// Commits the open transaction (after a flush).
     fn commit_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
     fn abort_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
-    /// The current producer id and epoch.
+    /// The current producer id and epoch, for the resume handle.
     fn identity(&self) -> Option<ProducerIdentity>;
 }
 
