@@ -337,3 +337,40 @@ async fn a_canary_password_never_reaches_logs_or_state() {
     assert!(!text.contains(&canary), "the password is in the logs");
     assert!(!text.contains(wrong), "the wrong password is in the logs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_the_broker_refuses_fails_the_barrier() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("conn-sink-refused");
+    common::create_topic(
+        &cluster,
+        NewTopic::new(&topic, 1, 1).with_config("max.message.bytes", "2000"),
+    )
+    .await;
+    let options = parse_sink(
+        FactoryKind::MessageSink,
+        &params(&brokers, &topic, &[("linger_ms", "0")]),
+    )
+    .unwrap();
+    let mut sink = KafkaSink::new(options).unwrap();
+    sink.open().await.unwrap();
+    // Queued fine (under the producer's own limit), refused by the broker.
+    sink.on_data(vec![KafkaMessage::new(vec![b'x'; 10_000])]).await.unwrap();
+    let e = sink.on_barrier(1).await.unwrap_err();
+    match &e {
+        ConnectorError::DeliveryFailed { failed, first, .. } => {
+            assert_eq!(*failed, 1);
+            assert!(
+                first.contains("MESSAGE_TOO_LARGE") || first.contains("RECORD_LIST_TOO_LARGE"),
+                "{first}"
+            );
+        }
+        other => panic!("expected DeliveryFailed, got {other}"),
+    }
+    assert_eq!(sink.counters().delivery_errors(), 1);
+    assert_eq!(sink.counters().delivered(), 0);
+    // Reported once: the next barrier with nothing new passes.
+    sink.on_barrier(2).await.unwrap();
+    sink.close().await.unwrap();
+}
