@@ -306,7 +306,13 @@ async fn a_partition_added_while_running_is_picked_up() {
     assert_eq!(fixed.assignment().len(), 2);
     Admin::new(cluster.clone()).create_partitions(&topic, 3).await.unwrap();
     common::connector::produce_values(&cluster, &topic, Some(2), &["p2-a".to_owned()]).await;
-    let got = read_n(&mut fixed, 3).await;
+    let mut got = read_n(&mut fixed, 3).await;
+    for _ in 0..5 {
+        let mut more = Vec::new();
+        fixed.produce(&mut more).await.unwrap();
+        got.extend(more.into_iter().flatten());
+    }
+    assert_eq!(got.len(), 3, "{got:?}");
     assert!(got.iter().all(|m| m.partition < 2), "{got:?}");
     assert_eq!(fixed.assignments(), 1);
     fixed.close().await.unwrap();
