@@ -30,7 +30,7 @@ use super::upsert::UpsertSink;
 use super::{Sink, Source};
 
 /// What a builder reads: string parameters plus where the operator sits.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct BuildContext {
     params: BTreeMap<String, String>,
     subtask_index: u32,
@@ -58,6 +58,13 @@ impl fmt::Debug for BuildContext {
             .field("subtask_index", &self.subtask_index)
             .field("parallelism", &self.parallelism)
             .finish()
+    }
+}
+
+impl Default for BuildContext {
+    /// No parameters, a standalone operator (subtask 0 of 1).
+    fn default() -> Self {
+        BuildContext::new(std::iter::empty::<(String, String)>())
     }
 }
 
