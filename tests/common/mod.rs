@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod process;
+pub mod connector;
 
 use std::time::{Duration, Instant};
 
