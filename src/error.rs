@@ -107,6 +107,15 @@ pub enum Error {
         mechanism: &'static str,
         message: String,
     },
+    /// TLS failed: the broker's certificate is not trusted or does not name
+    /// the host, the broker refused our client certificate, or the handshake
+    /// failed. Never followed by a plaintext attempt.
+    #[error("TLS with broker {broker} failed: {kind}: {reason}")]
+    Tls {
+        broker: BrokerRef,
+        kind: TlsFailure,
+        reason: String,
+    },
     /// The broker answered with a Kafka error code.
     #[error("{api}{} on broker {broker}: {code}{}", location(.topic, .partition), message_suffix(.message))]
     Kafka {
@@ -221,6 +230,38 @@ fn broker_suffix(broker: &Option<BrokerRef>) -> String {
     match broker {
         Some(b) => format!(" on broker {b}"),
         None => String::new(),
+    }
+}
+
+/// What went wrong in a TLS handshake ([`Error::Tls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The broker's chain does not lead to a trusted CA.
+    CertificateNotTrusted,
+    /// The broker's certificate does not name the host dialled.
+    HostnameMismatch,
+    /// The broker's certificate is expired, not yet valid or malformed.
+    CertificateInvalid,
+    /// The broker wants a client certificate, or refused ours.
+    ClientCertificateRejected,
+    /// Anything else: no TLS answer, a closed connection, a protocol error.
+    HandshakeFailed,
+    /// A plaintext client reached a TLS listener (the broker answered with
+    /// a TLS record).
+    ProtocolMismatch,
+}
+
+impl fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsFailure::CertificateNotTrusted => "certificate not trusted",
+            TlsFailure::HostnameMismatch => "hostname mismatch",
+            TlsFailure::CertificateInvalid => "certificate invalid",
+            TlsFailure::ClientCertificateRejected => "client certificate rejected",
+            TlsFailure::HandshakeFailed => "handshake failed",
+            TlsFailure::ProtocolMismatch => "protocol mismatch",
+        })
     }
 }
 

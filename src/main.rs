@@ -17,6 +17,13 @@ mod cli;
 ///   clink-kafka consume --brokers 127.0.0.1:19093 --topic t --from-beginning
 ///     --sasl-mechanism SCRAM-SHA-512 --sasl-username alice
 ///     --sasl-password-env CLINK_KAFKA_SASL_PASSWORD
+///
+/// TLS with a client certificate (mTLS; --security-protocol ssl, or sasl_ssl
+/// together with the --sasl-* options):
+///
+///   clink-kafka consume --brokers 127.0.0.1:19095 --topic t --from-beginning
+///     --security-protocol ssl --tls-ca ca.pem --tls-cert client.pem
+///     --tls-key client.key [--tls-key-password-env VAR]
 #[derive(Parser, Debug)]
 #[command(name = "clink-kafka", version, verbatim_doc_comment)]
 struct Cli {

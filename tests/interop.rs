@@ -16,10 +16,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::process::run;
 
 use clink_kafka::client::{Cluster, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
 use clink_kafka::wire::compression::Compression;
@@ -27,101 +27,6 @@ use clink_kafka::wire::compression::Compression;
 const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
 /// Records per codec and direction: enough for several records per batch.
 const N: usize = 300;
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-fn missing(what: &str) -> Option<PathBuf> {
-    assert!(!in_ci(), "CI=true but {what} is missing (.ci/run installs it)");
-    eprintln!("note: {what} is missing; skipping this interop test");
-    None
-}
-
-/// `kcat` from PATH (Debian's package puts it in /usr/bin).
-fn kcat() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("kcat"))
-        .find(|p| p.is_file())
-        .or_else(|| missing("kcat (apt-get install kcat)"))
-}
-
-/// `scripts/kafka-local`, when its tools jars are installed.
-fn kafka_tools() -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let home = std::env::var("KAFKA_LOCAL_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join(".kafka-local"));
-    if home.join("tools-lib").join(".installed").exists() || has_jars(&home.join("tools-lib")) {
-        Some(root.join("scripts/kafka-local"))
-    } else {
-        missing("the Kafka tools jars (scripts/kafka-local install-tools)")
-    }
-}
-
-fn has_jars(dir: &std::path::Path) -> bool {
-    std::fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("kafka-tools-"))
-        })
-        .unwrap_or(false)
-}
-
-/// Runs `cmd` with `stdin`, killing it after `deadline`. Both output pipes
-/// are drained while it runs (a full pipe would otherwise stall the tool).
-fn run(cmd: &mut Command, stdin: &str, deadline: Duration) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
-    let mut input = child.stdin.take().unwrap();
-    let data = stdin.as_bytes().to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&data);
-    });
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            buf
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting") {
-            break Some(status);
-        }
-        if started.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = writer.join();
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let Some(status) = status else {
-        panic!(
-            "{cmd:?} did not finish within {deadline:?}\nstdout:\n{}\nstderr:\n{}",
-            text(&stdout),
-            text(&stderr)
-        );
-    };
-    assert!(
-        status.success(),
-        "{cmd:?} failed ({status})\nstdout:\n{}\nstderr:\n{}",
-        text(&stdout),
-        text(&stderr)
-    );
-    Output { status, stdout, stderr }
-}
 
 /// One record as every tool can print it: text key (or none), text value,
 /// text headers.
@@ -229,7 +134,7 @@ fn parse_headers(s: &str, sep: char, empty: &str) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kcat_reads_what_we_write_with_every_codec() {
     let Some(brokers) = common::brokers() else { return };
-    let Some(kcat) = kcat() else { return };
+    let Some(kcat) = common::process::kcat() else { return };
     let cluster = common::cluster(common::config(&brokers)).await;
     for codec in CODECS {
         let topic = topic(&cluster, "to-kcat", codec).await;
@@ -265,7 +170,7 @@ async fn kcat_reads_what_we_write_with_every_codec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn we_read_what_kcat_writes_with_every_codec() {
     let Some(brokers) = common::brokers() else { return };
-    let Some(kcat) = kcat() else { return };
+    let Some(kcat) = common::process::kcat() else { return };
     let cluster = common::cluster(common::config(&brokers)).await;
     for codec in CODECS {
         let topic = topic(&cluster, "from-kcat", codec).await;
@@ -298,7 +203,9 @@ async fn we_read_what_kcat_writes_with_every_codec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_console_consumer_reads_what_we_write_with_every_codec() {
     let Some(brokers) = common::brokers() else { return };
-    let Some(tools) = kafka_tools() else { return };
+    let Some(tools) = common::process::kafka_tools() else {
+        return;
+    };
     let cluster = common::cluster(common::config(&brokers)).await;
     for codec in CODECS {
         let topic = topic(&cluster, "to-java", codec).await;
@@ -351,7 +258,9 @@ async fn java_console_consumer_reads_what_we_write_with_every_codec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn we_read_what_the_java_console_producer_writes_with_every_codec() {
     let Some(brokers) = common::brokers() else { return };
-    let Some(tools) = kafka_tools() else { return };
+    let Some(tools) = common::process::kafka_tools() else {
+        return;
+    };
     let cluster = common::cluster(common::config(&brokers)).await;
     for codec in CODECS {
         let topic = topic(&cluster, "from-java", codec).await;

@@ -38,6 +38,10 @@ pub struct ConsumeArgs {
     /// %% and the escapes \n \t \\.
     #[arg(long, default_value = "%v\\n")]
     pub format: String,
+    /// Print a null key or value (%k, %v) as this text instead of nothing
+    /// (like kcat -Z with NULL).
+    #[arg(long, value_name = "TEXT")]
+    pub null_marker: Option<String>,
 }
 
 /// Runs `consume`.
@@ -86,7 +90,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         for r in &records {
             line.clear();
             match &template {
-                Some(t) => render(t, r, &mut line),
+                Some(t) => render(t, r, args.null_marker.as_deref().map(str::as_bytes), &mut line),
                 None => render_json(r, &mut line),
             }
             out.write_all(&line)?;
@@ -168,7 +172,8 @@ fn parse_template(s: &str) -> Vec<Piece> {
     pieces
 }
 
-fn render(template: &[Piece], r: &ConsumerRecord, out: &mut Vec<u8>) {
+fn render(template: &[Piece], r: &ConsumerRecord, null: Option<&[u8]>, out: &mut Vec<u8>) {
+    let empty: &[u8] = b"";
     for p in template {
         match p {
             Piece::Literal(l) => out.extend_from_slice(l),
@@ -176,8 +181,8 @@ fn render(template: &[Piece], r: &ConsumerRecord, out: &mut Vec<u8>) {
             Piece::Partition => out.extend_from_slice(r.partition.to_string().as_bytes()),
             Piece::Offset => out.extend_from_slice(r.record.offset.to_string().as_bytes()),
             Piece::Timestamp => out.extend_from_slice(r.record.timestamp.to_string().as_bytes()),
-            Piece::Key => out.extend_from_slice(r.record.key.as_deref().unwrap_or(b"")),
-            Piece::Value => out.extend_from_slice(r.record.value.as_deref().unwrap_or(b"")),
+            Piece::Key => out.extend_from_slice(r.record.key.as_deref().or(null).unwrap_or(empty)),
+            Piece::Value => out.extend_from_slice(r.record.value.as_deref().or(null).unwrap_or(empty)),
             Piece::Headers => {
                 for (i, h) in r.record.headers.iter().enumerate() {
                     if i > 0 {

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
-use clink_kafka::client::ClientConfig;
+use clink_kafka::client::{ClientConfig, SecurityProtocol, TlsConfig};
 use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
 
@@ -35,6 +35,31 @@ pub struct ConnectArgs {
     /// prefer --sasl-password-env.
     #[arg(long)]
     pub sasl_password: Option<String>,
+    /// security.protocol: plaintext, ssl, sasl_plaintext or sasl_ssl
+    /// (case-insensitive). Default: plaintext, or what the --sasl-* and
+    /// --tls-* options given imply (never less than they ask for).
+    #[arg(long, value_name = "PROTOCOL")]
+    pub security_protocol: Option<String>,
+    /// PEM file of the CA certificate(s) to trust (default: the built-in Mozilla roots).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// PEM client certificate chain, for listeners that require one (mTLS).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert: PKCS#8, PKCS#1, SEC1, or encrypted PKCS#8.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Name of the environment variable holding the password of an encrypted --tls-key.
+    #[arg(long, value_name = "VAR")]
+    pub tls_key_password_env: Option<String>,
+    /// Verify the broker's certificate chain but not that it names the host
+    /// (Kafka's ssl.endpoint.identification.algorithm= empty).
+    #[arg(long)]
+    pub tls_no_hostname_verification: bool,
+    /// Accept any broker certificate. INSECURE: for test rigs only; every
+    /// connection made so logs a warning.
+    #[arg(long)]
+    pub tls_insecure_skip_verify: bool,
     /// client.id sent to the brokers.
     #[arg(long, default_value = "clink-kafka-cli")]
     pub client_id: String,
@@ -69,7 +94,78 @@ impl ConnectArgs {
             (Some(_), None, _) => bail!("--sasl-mechanism needs --sasl-username"),
             (Some(_), Some(_), None) => bail!("--sasl-mechanism needs --sasl-password-env VAR (or --sasl-password)"),
         }
+        let tls = self.tls_config()?;
+        let tls_option = self.first_tls_flag();
+        if tls_option.is_some() {
+            config = config.with_tls(tls);
+        }
+        if let Some(p) = &self.security_protocol {
+            let protocol: SecurityProtocol = p.parse().context("--security-protocol")?;
+            if let (false, Some(flag)) = (protocol.uses_tls(), tls_option) {
+                bail!(
+                    "{flag} needs --security-protocol ssl or sasl_ssl (got {}): TLS options are never ignored",
+                    protocol.name().to_ascii_lowercase()
+                );
+            }
+            match (protocol.uses_sasl(), config.sasl.is_some()) {
+                (false, true) => bail!(
+                    "--sasl-mechanism needs --security-protocol sasl_plaintext or sasl_ssl (got {}): \
+                     credentials are never silently dropped",
+                    protocol.name().to_ascii_lowercase()
+                ),
+                (true, false) => bail!(
+                    "--security-protocol {} needs --sasl-mechanism, --sasl-username and --sasl-password-env",
+                    protocol.name().to_ascii_lowercase()
+                ),
+                _ => {}
+            }
+            config.security_protocol = protocol;
+        }
+        config.validate().context("checking the security options")?;
         Ok(config)
+    }
+
+    /// The first --tls-* option given, by its flag.
+    fn first_tls_flag(&self) -> Option<&'static str> {
+        [
+            (self.tls_ca.is_some(), "--tls-ca"),
+            (self.tls_cert.is_some(), "--tls-cert"),
+            (self.tls_key.is_some(), "--tls-key"),
+            (self.tls_key_password_env.is_some(), "--tls-key-password-env"),
+            (self.tls_no_hostname_verification, "--tls-no-hostname-verification"),
+            (self.tls_insecure_skip_verify, "--tls-insecure-skip-verify"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    }
+
+    fn tls_config(&self) -> anyhow::Result<TlsConfig> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => bail!("--tls-cert needs --tls-key"),
+            (None, Some(_)) => bail!("--tls-key needs --tls-cert"),
+            _ => {}
+        }
+        if self.tls_key_password_env.is_some() && self.tls_key.is_none() {
+            bail!("--tls-key-password-env needs --tls-key");
+        }
+        if self.tls_insecure_skip_verify && self.tls_ca.is_some() {
+            bail!("--tls-insecure-skip-verify ignores --tls-ca; give one or the other");
+        }
+        let key_password = match &self.tls_key_password_env {
+            Some(var) => Some(Secret::new(
+                std::env::var(var).with_context(|| format!("reading the TLS key password from ${var}"))?,
+            )),
+            None => None,
+        };
+        Ok(TlsConfig {
+            ca_file: self.tls_ca.clone(),
+            cert_file: self.tls_cert.clone(),
+            key_file: self.tls_key.clone(),
+            key_password,
+            hostname_verification: !self.tls_no_hostname_verification,
+            insecure_skip_verify: self.tls_insecure_skip_verify,
+            server_name: None,
+        })
     }
 }
 
@@ -100,6 +196,105 @@ pub fn thousands(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+    use clink_kafka::client::SecurityProtocol;
+
+    use super::ConnectArgs;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        connect: ConnectArgs,
+    }
+
+    fn config(args: &[&str]) -> anyhow::Result<clink_kafka::client::ClientConfig> {
+        let mut argv = vec!["test", "--brokers", "127.0.0.1:1"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).expect("parses").connect.client_config()
+    }
+
+    fn error(args: &[&str]) -> String {
+        format!("{:#}", config(args).expect_err("must be refused"))
+    }
+
+    #[test]
+    fn security_protocol_is_inferred_never_weaker() {
+        assert_eq!(config(&[]).unwrap().security_protocol, SecurityProtocol::Plaintext);
+        let tls = config(&["--tls-ca", "ca.pem"]).unwrap();
+        assert_eq!(tls.security_protocol, SecurityProtocol::Ssl);
+        assert_eq!(tls.tls.ca_file.as_deref(), Some(std::path::Path::new("ca.pem")));
+        std::env::set_var("CLINK_CLI_TEST_PW", "pw-value-1");
+        let both = config(&[
+            "--tls-ca",
+            "ca.pem",
+            "--sasl-mechanism",
+            "PLAIN",
+            "--sasl-username",
+            "u",
+            "--sasl-password-env",
+            "CLINK_CLI_TEST_PW",
+        ])
+        .unwrap();
+        assert_eq!(both.security_protocol, SecurityProtocol::SaslSsl);
+        let explicit = config(&["--security-protocol", "SSL", "--tls-no-hostname-verification"]).unwrap();
+        assert!(!explicit.tls.hostname_verification);
+        assert_eq!(
+            config(&[
+                "--security-protocol",
+                "Sasl_Plaintext",
+                "--sasl-mechanism",
+                "PLAIN",
+                "--sasl-username",
+                "u",
+                "--sasl-password-env",
+                "CLINK_CLI_TEST_PW"
+            ])
+            .unwrap()
+            .security_protocol,
+            SecurityProtocol::SaslPlaintext
+        );
+    }
+
+    #[test]
+    fn inconsistent_security_options_are_refused() {
+        let e = error(&["--security-protocol", "tls"]);
+        assert!(e.contains("--security-protocol") && e.contains("sasl_plaintext"), "{e}");
+        let e = error(&["--security-protocol", "plaintext", "--tls-ca", "ca.pem"]);
+        assert!(e.contains("--tls-ca needs --security-protocol ssl"), "{e}");
+        let e = error(&["--security-protocol", "sasl_plaintext", "--tls-insecure-skip-verify"]);
+        assert!(e.contains("--tls-insecure-skip-verify needs"), "{e}");
+        let e = error(&["--security-protocol", "sasl_ssl"]);
+        assert!(e.contains("needs --sasl-mechanism"), "{e}");
+        std::env::set_var("CLINK_CLI_TEST_PW2", "pw-value-2");
+        let e = error(&[
+            "--security-protocol",
+            "ssl",
+            "--sasl-mechanism",
+            "PLAIN",
+            "--sasl-username",
+            "u",
+            "--sasl-password-env",
+            "CLINK_CLI_TEST_PW2",
+        ]);
+        assert!(e.contains("sasl_plaintext or sasl_ssl"), "{e}");
+        assert!(!e.contains("pw-value-2"), "{e}");
+        let e = error(&["--tls-cert", "c.pem"]);
+        assert!(e.contains("--tls-cert needs --tls-key"), "{e}");
+        let e = error(&["--tls-key", "k.pem"]);
+        assert!(e.contains("--tls-key needs --tls-cert"), "{e}");
+        let e = error(&["--tls-ca", "ca.pem", "--tls-insecure-skip-verify"]);
+        assert!(e.contains("one or the other"), "{e}");
+        let e = error(&[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-key-password-env",
+            "CLINK_CLI_NO_SUCH_VAR",
+        ]);
+        assert!(e.contains("$CLINK_CLI_NO_SUCH_VAR"), "{e}");
+    }
+
     #[test]
     fn thousands_groups_digits() {
         assert_eq!(super::thousands(0), "0");

@@ -47,6 +47,31 @@ pub struct ProduceArgs {
     /// batch.size in bytes.
     #[arg(long, default_value_t = 256 * 1024)]
     pub batch_size: usize,
+    /// Read each stdin line as KEY<delimiter>VALUE, split at the first
+    /// delimiter (like kcat -K). A line without the delimiter is an error.
+    #[arg(long, value_name = "DELIMITER")]
+    pub key_delimiter: Option<String>,
+    /// A key or value exactly equal to this text is sent as null (a null
+    /// value is a tombstone).
+    #[arg(long, value_name = "TEXT")]
+    pub null_marker: Option<String>,
+}
+
+/// One stdin line as (key, value), per `--key-delimiter` and `--null-marker`.
+fn parse_line(
+    line: &str,
+    line_no: u64,
+    delimiter: Option<&str>,
+    null_marker: Option<&str>,
+) -> anyhow::Result<(Option<Bytes>, Option<Bytes>)> {
+    let field = |s: &str| (Some(s) != null_marker).then(|| Bytes::from(s.to_owned()));
+    match delimiter {
+        None => Ok((None, field(line))),
+        Some(d) => match line.split_once(d) {
+            Some((k, v)) => Ok((field(k), field(v))),
+            None => anyhow::bail!("stdin line {line_no} has no key delimiter {d:?} (--key-delimiter)"),
+        },
+    }
 }
 
 /// Runs `produce`.
@@ -100,9 +125,23 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             }
         }
     } else {
+        if args.key_delimiter.as_deref() == Some("") {
+            anyhow::bail!("--key-delimiter must not be empty");
+        }
         let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
         while let Some(line) = lines.next_line().await.context("reading stdin")? {
-            pending.push_back(producer.send(make(Bytes::from(line))).await?);
+            let (key, value) = parse_line(
+                &line,
+                sent + 1,
+                args.key_delimiter.as_deref(),
+                args.null_marker.as_deref(),
+            )?;
+            let mut record = make(Bytes::new());
+            record.value = value;
+            if args.key_delimiter.is_some() {
+                record.key = key;
+            }
+            pending.push_back(producer.send(record).await?);
             sent += 1;
         }
     }
@@ -121,5 +160,28 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     match first_error {
         Some(e) => Err(anyhow::Error::new(e).context(format!("{failed} records failed"))),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_line;
+
+    #[test]
+    fn lines_split_into_key_and_value() {
+        let b = |s: &str| Some(bytes::Bytes::from(s.to_owned()));
+        assert_eq!(parse_line("v", 1, None, None).unwrap(), (None, b("v")));
+        assert_eq!(parse_line("k:v:w", 1, Some(":"), None).unwrap(), (b("k"), b("v:w")));
+        assert_eq!(
+            parse_line("NULL:v", 1, Some(":"), Some("NULL")).unwrap(),
+            (None, b("v"))
+        );
+        assert_eq!(
+            parse_line("k:NULL", 1, Some(":"), Some("NULL")).unwrap(),
+            (b("k"), None)
+        );
+        assert_eq!(parse_line("NULL", 1, None, Some("NULL")).unwrap(), (None, None));
+        let e = parse_line("novalue", 7, Some("|"), None).unwrap_err().to_string();
+        assert!(e.contains("line 7") && e.contains("--key-delimiter"), "{e}");
     }
 }

@@ -88,6 +88,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<BrokerConnection>>>;
 
 struct Inner {
     config: ClientConfig,
+    /// Built once from `config.tls` for TLS protocols.
+    tls: Option<super::tls::TlsConnector>,
     metadata: RwLock<Arc<Metadata>>,
     connections: Mutex<HashMap<i32, Slot>>,
     bootstrap: tokio::sync::Mutex<Option<BrokerConnection>>,
@@ -103,9 +105,16 @@ impl Cluster {
                 message: "no brokers given".into(),
             });
         }
+        config.validate()?;
+        let tls = if config.security_protocol.uses_tls() {
+            Some(super::tls::TlsConnector::new(&config.tls)?)
+        } else {
+            None
+        };
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 config,
+                tls,
                 metadata: RwLock::new(Arc::new(Metadata::default())),
                 connections: Mutex::new(HashMap::new()),
                 bootstrap: tokio::sync::Mutex::new(None),
@@ -170,14 +179,15 @@ impl Cluster {
         addrs.sort();
         addrs.extend(self.inner.config.bootstrap.iter().map(|a| (None, a.clone())));
         for (node_id, addr) in addrs {
-            match BrokerConnection::connect(&addr, node_id, &self.inner.config).await {
+            match BrokerConnection::connect_with(&addr, node_id, &self.inner.config, self.inner.tls.as_ref()).await {
                 Ok(c) => {
                     *guard = Some(c.clone());
                     return Ok(c);
                 }
                 // Authentication failures are not the broker's availability:
                 // report them as they are, at once.
-                Err(e @ Error::Authentication { .. }) => return Err(e),
+                // Nor are TLS failures (trust, names, client certificates).
+                Err(e @ (Error::Authentication { .. } | Error::Tls { .. })) => return Err(e),
                 Err(e) => {
                     tracing::debug!(broker = %addr, error = %e, "bootstrap broker unreachable");
                     last = Some(e);
@@ -221,7 +231,8 @@ impl Cluster {
                     })?
             }
         };
-        let conn = BrokerConnection::connect(&addr, Some(node_id), &self.inner.config).await?;
+        let conn =
+            BrokerConnection::connect_with(&addr, Some(node_id), &self.inner.config, self.inner.tls.as_ref()).await?;
         *guard = Some(conn.clone());
         Ok(conn)
     }

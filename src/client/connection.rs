@@ -1,14 +1,17 @@
-//! One TCP connection to one broker: the driver task that owns the socket,
-//! request pipelining by correlation id, the ApiVersions handshake and the
-//! per-request timeout.
+//! One connection to one broker (TCP, or TLS over TCP through
+//! [`super::tls`]): the driver task that owns the stream, request pipelining
+//! by correlation id, the ApiVersions handshake, the per-request timeout and
+//! the idle close (`connections_max_idle`: no request in flight for that
+//! long closes the connection; the cluster opens a new one on next use).
 //!
 //! Shape (after rskafka's `messenger.rs` and quinn's `ConnectionDriver`): a
 //! [`BrokerConnection`] is a cheap handle; the socket lives in one spawned
 //! driver task that runs a read loop and a write loop on the two halves of
-//! the stream. A caller encodes its request frame itself (so the same bytes go
-//! out on every retry), hands it to the driver with a oneshot sender, and the
-//! driver routes the response frame back by correlation id. Decoding happens
-//! in the caller, so big responses decode in parallel.
+//! the stream (any `AsyncRead`/`AsyncWrite` pair: TCP or TLS). A caller
+//! encodes its request frame itself (so the same bytes go out on every
+//! retry), hands it to the driver with a oneshot sender, and the driver
+//! routes the response frame back by correlation id. Decoding happens in the
+//! caller, so big responses decode in parallel.
 //!
 //! On connect we send ApiVersions v3 and fall back to v0 when the broker
 //! answers `UNSUPPORTED_VERSION` (KIP-511; the error answer is always a v0
@@ -32,11 +35,12 @@ use clink_kafka_wire::kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 use clink_kafka_wire::protocol::{ApiRequest, BrokerVersions};
 use clink_kafka_wire::KafkaCode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
 
+use super::tls::TlsConnector;
 use super::ClientConfig;
 use crate::error::{BrokerRef, Error, Result};
 
@@ -71,6 +75,9 @@ struct Shared {
     commands: mpsc::UnboundedSender<Command>,
     fatal: Arc<OnceLock<Error>>,
     shutdown: Arc<Notify>,
+    /// When a request was last queued or a response last arrived (for the
+    /// idle close).
+    last_activity: Arc<Mutex<Instant>>,
 }
 
 /// A frame for the driver to write; `reply` is `None` when the broker sends
@@ -93,14 +100,46 @@ struct InFlight {
 type InFlightMap = Mutex<HashMap<i32, InFlight>>;
 
 impl BrokerConnection {
-    /// Dials `addr`, negotiates API versions and, if `config.sasl` is set,
+    /// Dials `addr`, runs the TLS handshake if `config.security_protocol`
+    /// says so, negotiates API versions and, if `config.sasl` is set,
     /// authenticates. `node_id` is the broker's id when known (for errors and
-    /// logs).
+    /// logs). Reads the TLS files on every call: for many connections build
+    /// a [`TlsConnector`] once and use [`BrokerConnection::connect_with`].
     pub async fn connect(addr: &str, node_id: Option<i32>, config: &ClientConfig) -> Result<Self> {
+        config.validate()?;
+        let tls = if config.security_protocol.uses_tls() {
+            Some(TlsConnector::new(&config.tls)?)
+        } else {
+            None
+        };
+        Self::connect_with(addr, node_id, config, tls.as_ref()).await
+    }
+
+    /// [`BrokerConnection::connect`] with a prepared TLS connector, which
+    /// must be given exactly when `config.security_protocol` uses TLS (the
+    /// cluster builds it once for all its connections).
+    pub async fn connect_with(
+        addr: &str,
+        node_id: Option<i32>,
+        config: &ClientConfig,
+        tls: Option<&TlsConnector>,
+    ) -> Result<Self> {
         let broker = BrokerRef {
             addr: addr.to_owned(),
             node_id,
         };
+        if tls.is_some() != config.security_protocol.uses_tls() {
+            return Err(Error::Config {
+                option: "security.protocol",
+                message: format!(
+                    "{} {} a TLS connector",
+                    config.security_protocol,
+                    if tls.is_some() { "was given" } else { "needs" }
+                ),
+            });
+        }
+        // One deadline for TCP and TLS together.
+        let started = tokio::time::Instant::now();
         let stream = match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
             Err(_) => {
                 return Err(Error::ConnectTimeout {
@@ -118,7 +157,18 @@ impl BrokerConnection {
         };
         // Requests are whole frames written at once; Nagle only adds latency.
         let _ = stream.set_nodelay(true);
-        let conn = Self::start(stream, broker, config);
+        let conn = match tls {
+            None => {
+                let (rd, wr) = stream.into_split();
+                Self::start(rd, wr, broker, config, None)
+            }
+            Some(tls) => {
+                let remaining = config.connect_timeout.saturating_sub(started.elapsed());
+                let stream = tls.handshake(&broker, stream, remaining).await?;
+                let (rd, wr) = tokio::io::split(stream);
+                Self::start(rd, wr, broker, config, Some(tls.clone()))
+            }
+        };
         let setup = async {
             let versions = conn.negotiate_versions().await?;
             let _ = conn.shared.versions.set(versions);
@@ -132,19 +182,29 @@ impl BrokerConnection {
             // unauthenticated connection anyway). Return the cause itself: the
             // broker's close right after a refusal may have become the sticky
             // error first, and "closed the connection" would hide the refusal.
+            // A TLS alert that arrived meanwhile (TLS 1.3 reports a refused
+            // client certificate only after the handshake) is the better cause.
+            let e = match conn.fatal_error() {
+                Some(tls @ Error::Tls { .. }) => tls,
+                _ => e,
+            };
             conn.fail(e.clone());
             return Err(e);
         }
-        tracing::debug!(broker = %conn.shared.broker, sasl = config.sasl.is_some(), "connected");
+        tracing::debug!(broker = %conn.shared.broker, protocol = %config.security_protocol, "connected");
         Ok(conn)
     }
 
-    /// Spawns the driver for an established stream (no handshake yet).
-    fn start(stream: TcpStream, broker: BrokerRef, config: &ClientConfig) -> Self {
-        let (rd, wr) = stream.into_split();
+    /// Spawns the driver for an established stream (no Kafka handshake yet).
+    fn start<R, W>(rd: R, wr: W, broker: BrokerRef, config: &ClientConfig, tls: Option<TlsConnector>) -> Self
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let (tx, rx) = mpsc::unbounded_channel();
         let fatal = Arc::new(OnceLock::new());
         let shutdown = Arc::new(Notify::new());
+        let last_activity = Arc::new(Mutex::new(Instant::now()));
         let driver = Driver {
             broker: broker.clone(),
             decoder: FrameDecoder::new(config.max_frame_size),
@@ -152,6 +212,9 @@ impl BrokerConnection {
             fatal: fatal.clone(),
             shutdown: shutdown.clone(),
             sasl: config.sasl.is_some(),
+            tls,
+            max_idle: config.connections_max_idle,
+            last_activity: last_activity.clone(),
         };
         tokio::spawn(driver.run(rd, wr, rx));
         BrokerConnection {
@@ -164,6 +227,7 @@ impl BrokerConnection {
                 commands: tx,
                 fatal,
                 shutdown,
+                last_activity,
             }),
         }
     }
@@ -252,6 +316,9 @@ impl BrokerConnection {
         if let Some(e) = self.shared.fatal.get() {
             return Err(e.clone());
         }
+        // Before sending, so the idle check never closes under a request
+        // that is queued but not yet written.
+        *self.shared.last_activity.lock().expect("activity lock") = Instant::now();
         self.shared.commands.send(command).map_err(|_| self.closed_error())
     }
 
@@ -361,13 +428,23 @@ struct Driver {
     shutdown: Arc<Notify>,
     /// Whether this connection authenticates (for the EOF hint).
     sasl: bool,
+    /// The TLS connector, for TLS connections (to type TLS errors).
+    tls: Option<TlsConnector>,
+    /// `connections_max_idle` (zero: never).
+    max_idle: Duration,
+    last_activity: Arc<Mutex<Instant>>,
 }
 
 impl Driver {
-    async fn run(self, rd: OwnedReadHalf, wr: OwnedWriteHalf, mut commands: mpsc::UnboundedReceiver<Command>) {
+    async fn run<R, W>(self, rd: R, wr: W, mut commands: mpsc::UnboundedReceiver<Command>)
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
         let result = tokio::select! {
             r = self.read_loop(rd) => r,
             r = self.write_loop(wr, &mut commands) => r,
+            r = self.idle_watch() => r,
             _ = self.shutdown.notified() => Ok(()),
         };
         let error = match result {
@@ -404,17 +481,60 @@ impl Driver {
         }
     }
 
-    async fn read_loop(&self, mut rd: OwnedReadHalf) -> Result<()> {
+    /// Returns (closing the connection) once nothing has been in flight for
+    /// `max_idle`.
+    async fn idle_watch(&self) -> Result<()> {
+        if self.max_idle.is_zero() {
+            return std::future::pending().await;
+        }
+        loop {
+            let last = *self.last_activity.lock().expect("activity lock");
+            match last.checked_add(self.max_idle) {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => return std::future::pending().await,
+            }
+            let busy = !self.in_flight.lock().expect("in-flight lock").is_empty();
+            let mut last = self.last_activity.lock().expect("activity lock");
+            if busy {
+                // A long request is activity: count idleness from now on.
+                *last = Instant::now();
+            } else if last.elapsed() >= self.max_idle {
+                tracing::debug!(broker = %self.broker, idle = ?self.max_idle, "closing idle connection");
+                return Ok(());
+            }
+        }
+    }
+
+    fn io_error(&self, e: std::io::Error) -> Error {
+        if let Some(tls) = self.tls.as_ref().and_then(|t| t.io_error(&self.broker, &e)) {
+            return tls;
+        }
+        Error::Io {
+            broker: self.broker.clone(),
+            source: Arc::new(e),
+        }
+    }
+
+    async fn read_loop<R: AsyncRead + Unpin>(&self, mut rd: R) -> Result<()> {
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
         loop {
-            while let Some(frame) = self
-                .decoder
-                .decode_bytes(&mut buf)
-                .map_err(|e| self.protocol("response frame", e))?
-            {
+            while let Some(frame) = self.decoder.decode_bytes(&mut buf).map_err(|e| {
+                if self.tls.is_none() && looks_like_tls_record(&buf) {
+                    Error::Tls {
+                        broker: self.broker.clone(),
+                        kind: crate::error::TlsFailure::ProtocolMismatch,
+                        reason: "the broker answered in TLS (it sent a TLS record, not a Kafka frame): this is \
+                                 a TLS listener; set security.protocol to SSL or SASL_SSL"
+                            .into(),
+                    }
+                } else {
+                    self.protocol("response frame", e)
+                }
+            })? {
                 let correlation_id =
                     ResponseFrame::peek_correlation_id(&frame).map_err(|e| self.protocol("response header", e))?;
                 let waiter = self.in_flight.lock().expect("in-flight lock").remove(&correlation_id);
+                *self.last_activity.lock().expect("activity lock") = Instant::now();
                 match waiter {
                     Some(w) => {
                         let _ = w.reply.send(Ok(frame));
@@ -433,17 +553,18 @@ impl Driver {
             if buf.capacity() - buf.len() < READ_CHUNK / 8 {
                 buf.reserve(READ_CHUNK);
             }
-            let n = rd.read_buf(&mut buf).await.map_err(|e| Error::Io {
-                broker: self.broker.clone(),
-                source: Arc::new(e),
-            })?;
+            let n = rd.read_buf(&mut buf).await.map_err(|e| self.io_error(e))?;
             if n == 0 {
                 return Err(self.disconnected());
             }
         }
     }
 
-    async fn write_loop(&self, mut wr: OwnedWriteHalf, commands: &mut mpsc::UnboundedReceiver<Command>) -> Result<()> {
+    async fn write_loop<W: AsyncWrite + Unpin>(
+        &self,
+        mut wr: W,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Result<()> {
         let mut batch = Vec::with_capacity(WRITE_BATCH);
         while let Some(first) = commands.recv().await {
             batch.push(first);
@@ -472,11 +593,10 @@ impl Driver {
             for c in batch.drain(..) {
                 tracing::trace!(broker = %self.broker, api = c.api, version = c.version,
                     correlation_id = c.correlation_id, bytes = c.frame.len(), "write");
-                wr.write_all(&c.frame).await.map_err(|e| Error::Io {
-                    broker: self.broker.clone(),
-                    source: Arc::new(e),
-                })?;
+                wr.write_all(&c.frame).await.map_err(|e| self.io_error(e))?;
             }
+            // A TLS stream buffers records until flushed (a no-op for TCP).
+            wr.flush().await.map_err(|e| self.io_error(e))?;
         }
         // Every handle is gone.
         let _ = wr.shutdown().await;
@@ -498,11 +618,16 @@ impl Driver {
                 "while waiting for the {} v{} response (correlation id {id})",
                 w.api, w.version
             );
-            if !self.sasl {
-                h.push_str(
+            match &self.tls {
+                None if !self.sasl => h.push_str(
                     "; if this is a SASL or TLS listener, configure SASL/TLS: such listeners close \
                          plaintext clients that do not authenticate",
-                );
+                ),
+                Some(tls) if !tls.has_client_cert() && !self.sasl => h.push_str(
+                    "; if this listener requires a client certificate (mTLS), set \
+                         ssl.certificate.location and ssl.key.location",
+                ),
+                _ => {}
             }
             h
         });
@@ -511,6 +636,13 @@ impl Driver {
             hint,
         }
     }
+}
+
+/// Whether `buf` starts with a TLS record header (alert or handshake,
+/// version 3.x): what a TLS listener sends a plaintext client. As a Kafka
+/// size prefix it would be over 350 MB, beyond any sane frame cap.
+fn looks_like_tls_record(buf: &[u8]) -> bool {
+    matches!(buf, [0x15 | 0x16, 0x03, 0x00..=0x04, ..])
 }
 
 #[cfg(test)]
@@ -661,5 +793,59 @@ mod tests {
         assert!(matches!(err, Error::Disconnected { .. }), "{err}");
         assert!(err.to_string().contains("Metadata v13"), "{err}");
         assert!(err.to_string().contains("SASL"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn idle_connection_is_closed_but_not_under_a_slow_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (_, _, corr) = read_request(&mut s).await;
+            write_frame(&mut s, corr, &api_versions_v3(&[(18, 0, 4), (3, 4, 13)])).await;
+            // A request answered long after the idle limit.
+            let (key, _, corr) = read_request(&mut s).await;
+            assert_eq!(key, 3);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let mut body = BytesMut::new();
+            body.put_u8(0); // response header tagged fields
+            body.put_i32(0); // throttle
+            body.put_u8(1); // brokers: none
+            body.put_u8(0); // cluster id: null
+            body.put_i32(-1); // controller
+            body.put_u8(1); // topics: none
+            body.put_u8(0); // tagged fields
+            write_frame(&mut s, corr, &body).await;
+            // Then the client must hang up on its own.
+            let mut rest = Vec::new();
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+                .await
+                .expect("the idle connection was not closed within 10 s")
+                .unwrap();
+            assert_eq!(n, 0, "no further request expected");
+        });
+        let cfg = ClientConfig {
+            connections_max_idle: Duration::from_millis(150),
+            ..config(5000)
+        };
+        let conn = BrokerConnection::connect(&addr, None, &cfg).await.unwrap();
+        conn.request_at(12, &MetadataRequest::default())
+            .await
+            .expect("a request slower than the idle limit still completes");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !conn.is_closed() {
+            assert!(std::time::Instant::now() < deadline, "not closed within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(matches!(conn.fatal_error(), Some(Error::ConnectionClosed { .. })));
+        peer.await.unwrap();
+    }
+
+    #[test]
+    fn tls_records_are_recognised() {
+        assert!(looks_like_tls_record(&[0x15, 0x03, 0x03, 0x00, 0x02]));
+        assert!(looks_like_tls_record(&[0x16, 0x03, 0x01]));
+        assert!(!looks_like_tls_record(&[0x00, 0x00, 0x01, 0x00]));
+        assert!(!looks_like_tls_record(&[0x15]));
     }
 }

@@ -5,6 +5,7 @@
 //! broker) → [`producer`] / [`consumer`] / [`admin`].
 //!
 //! - [`connection`]: one driver task per broker connection; pipelined requests.
+//! - [`tls`]: TLS (SSL, SASL_SSL): trust anchors, client certificates, verification.
 //! - [`sasl`]: SaslHandshake + SaslAuthenticate with PLAIN and SCRAM (KIP-43, KIP-152, KIP-84).
 //! - [`cluster`]: bootstrap, cached metadata, leader lookup with bounded retries.
 //! - [`backoff`]: bounded exponential backoff with an injectable RNG.
@@ -32,6 +33,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod resolver;
 pub mod sasl;
+pub mod tls;
 pub mod txn;
 pub mod txn_admin;
 
@@ -42,10 +44,79 @@ pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Off
 pub use group::{CommittedOffset, GroupOffsets};
 pub use producer::{Acks, DeliveryFuture, DeliveryReport, Producer, ProducerConfig, ProducerRecord};
 pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
+pub use tls::{TlsConfig, TlsConnector};
 pub use txn::{TransactionVersion, TransactionalProducer, TxnConfig};
 pub use txn_admin::{ListTransactionsFilter, TransactionDescription, TransactionListing, TransactionState};
 
-/// SASL credentials for a `SASL_PLAINTEXT` listener.
+use crate::error::{Error, Result};
+
+/// Kafka's `security.protocol`: whether the connection is TLS and whether it
+/// authenticates with SASL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SecurityProtocol {
+    /// `PLAINTEXT`: neither.
+    #[default]
+    Plaintext,
+    /// `SSL`: TLS (with a client certificate for mTLS listeners).
+    Ssl,
+    /// `SASL_PLAINTEXT`: SASL over an unencrypted connection.
+    SaslPlaintext,
+    /// `SASL_SSL`: SASL inside TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// All four, in Kafka's order.
+    pub const ALL: [SecurityProtocol; 4] = [
+        SecurityProtocol::Plaintext,
+        SecurityProtocol::Ssl,
+        SecurityProtocol::SaslPlaintext,
+        SecurityProtocol::SaslSsl,
+    ];
+
+    /// Whether the connection is TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether the connection authenticates with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+
+    /// Kafka's name: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+}
+
+impl std::fmt::Display for SecurityProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SecurityProtocol {
+    type Err = Error;
+
+    /// Case-insensitive: `sasl_ssl`, `SASL_SSL`, `Sasl_Ssl`.
+    fn from_str(s: &str) -> Result<Self> {
+        SecurityProtocol::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| Error::Config {
+                option: "security.protocol",
+                message: format!("unknown value {s:?}; allowed: plaintext, ssl, sasl_plaintext, sasl_ssl"),
+            })
+    }
+}
+
+/// SASL credentials for a `SASL_PLAINTEXT` or `SASL_SSL` listener.
 ///
 /// The password is a [`Secret`]: it prints as `***` and is never logged.
 #[derive(Clone, Debug)]
@@ -71,8 +142,18 @@ pub struct ClientConfig {
     /// Largest response frame accepted; bigger size prefixes are refused
     /// before a byte of them is buffered.
     pub max_frame_size: usize,
-    /// SASL, or `None` for an unauthenticated plaintext listener.
+    /// `security.protocol`. Must agree with `sasl` and `tls`
+    /// ([`ClientConfig::validate`]); [`ClientConfig::with_sasl`] and
+    /// [`ClientConfig::with_tls`] keep it in step.
+    pub security_protocol: SecurityProtocol,
+    /// SASL credentials: required by `SASL_*` protocols, refused by the others.
     pub sasl: Option<SaslConfig>,
+    /// TLS settings, for `SSL` and `SASL_SSL`; left at the default otherwise.
+    pub tls: TlsConfig,
+    /// Close a connection that has had no request in flight for this long
+    /// (`connections.max.idle.ms`, 9 minutes like the Java client); the next
+    /// use opens a new one. `Duration::ZERO` keeps idle connections open.
+    pub connections_max_idle: Duration,
     /// First retry delay (`retry.backoff.ms`).
     pub retry_backoff: Duration,
     /// Cap on the retry delay (`retry.backoff.max.ms`).
@@ -90,7 +171,10 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_frame_size: clink_kafka_wire::frame::DEFAULT_MAX_FRAME_SIZE,
+            security_protocol: SecurityProtocol::Plaintext,
             sasl: None,
+            tls: TlsConfig::default(),
+            connections_max_idle: Duration::from_secs(9 * 60),
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_wait: Duration::from_secs(30),
@@ -113,14 +197,77 @@ impl ClientConfig {
         }
     }
 
-    /// The same configuration with SASL credentials.
+    /// The same configuration with SASL credentials. The protocol becomes
+    /// `SASL_PLAINTEXT` (from `PLAINTEXT`) or `SASL_SSL` (from `SSL`).
     pub fn with_sasl(mut self, mechanism: SaslMechanism, username: impl Into<String>, password: Secret) -> Self {
         self.sasl = Some(SaslConfig {
             mechanism,
             username: username.into(),
             password,
         });
+        self.security_protocol = match self.security_protocol {
+            SecurityProtocol::Plaintext => SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::Ssl => SecurityProtocol::SaslSsl,
+            other => other,
+        };
         self
+    }
+
+    /// The same configuration over TLS. The protocol becomes `SSL` (from
+    /// `PLAINTEXT`) or `SASL_SSL` (from `SASL_PLAINTEXT`).
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = tls;
+        self.security_protocol = match self.security_protocol {
+            SecurityProtocol::Plaintext => SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext => SecurityProtocol::SaslSsl,
+            other => other,
+        };
+        self
+    }
+
+    /// Refuses a configuration that is weaker than it looks, or cannot
+    /// work: SASL credentials under a protocol without SASL (they would not
+    /// be sent), a SASL protocol without credentials, TLS settings under a
+    /// plaintext protocol (they would be ignored), inconsistent TLS files.
+    pub fn validate(&self) -> Result<()> {
+        let protocol = self.security_protocol;
+        match (protocol.uses_sasl(), &self.sasl) {
+            (true, None) => {
+                return Err(Error::Config {
+                    option: "security.protocol",
+                    message: format!(
+                        "{protocol} needs SASL credentials (sasl.mechanism, sasl.username, sasl.password)"
+                    ),
+                })
+            }
+            (false, Some(sasl)) => {
+                return Err(Error::Config {
+                    option: "security.protocol",
+                    message: format!(
+                        "SASL {} credentials are set but {protocol} does not authenticate; use {} or drop them",
+                        sasl.mechanism.name(),
+                        if protocol.uses_tls() {
+                            "SASL_SSL"
+                        } else {
+                            "SASL_PLAINTEXT"
+                        },
+                    ),
+                })
+            }
+            _ => {}
+        }
+        if !protocol.uses_tls() {
+            if let Some(option) = self.tls.first_set_option() {
+                return Err(Error::Config {
+                    option: "security.protocol",
+                    message: format!(
+                        "{option} is set but {protocol} does not use TLS; use {} or drop the TLS settings",
+                        if protocol.uses_sasl() { "SASL_SSL" } else { "SSL" },
+                    ),
+                });
+            }
+        }
+        self.tls.validate()
     }
 }
 

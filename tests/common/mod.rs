@@ -8,6 +8,9 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod process;
+pub mod connector;
+
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset};
@@ -150,39 +153,13 @@ pub fn transaction_brokers() -> Vec<(String, clink_kafka::client::TransactionVer
     out
 }
 
-/// `scripts/kafka-local` when the Kafka tools jars are installed (for the
-/// Java console consumer); `None` outside CI when they are missing.
-pub fn kafka_tools() -> Option<std::path::PathBuf> {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let home = std::env::var("KAFKA_LOCAL_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| root.join(".kafka-local"));
-    let lib = home.join("tools-lib");
-    let installed = lib.join(".installed").exists()
-        || std::fs::read_dir(&lib)
-            .map(|d| {
-                d.flatten()
-                    .any(|e| e.file_name().to_string_lossy().starts_with("kafka-tools-"))
-            })
-            .unwrap_or(false);
-    if installed {
-        return Some(root.join("scripts/kafka-local"));
-    }
-    assert!(
-        !in_ci(),
-        "CI=true but the Kafka tools jars are missing (scripts/kafka-local install-tools)"
-    );
-    eprintln!("note: the Kafka tools jars are missing; skipping the Java console consumer check");
-    None
-}
-
 /// What Kafka's Java console consumer reads from `topic` with
 /// isolation.level=read_committed: the values, one per record, after at
 /// most `max` records or `timeout_ms` without a new one. `None` when the
 /// tools are missing (outside CI).
 pub fn java_read_committed(brokers: &str, topic: &str, max: usize, timeout_ms: u64) -> Option<Vec<String>> {
     use std::io::Read;
-    let tools = kafka_tools()?;
+    let tools = process::kafka_tools()?;
     let mut child = std::process::Command::new(tools)
         .args(["console-consumer", "--bootstrap-server", brokers, "--topic", topic])
         .args(["--from-beginning", "--isolation-level", "read_committed"])
@@ -297,4 +274,68 @@ pub fn java_clients_classpath() -> Option<String> {
     assert!(!in_ci(), "CI=true but the Kafka client jars are missing");
     eprintln!("note: the Kafka client jars are missing; skipping the Java producer test");
     None
+}
+
+/// The TLS listeners and the material `scripts/kafka-local` generated.
+pub struct TlsEnv {
+    /// SSL listener, server authentication only.
+    pub ssl_brokers: String,
+    /// SSL listener that requires a client certificate.
+    pub mtls_brokers: String,
+    /// SASL_SSL listener (SCRAM-SHA-256/512, PLAIN).
+    pub sasl_ssl_brokers: String,
+    /// The CA that signed the broker and client certificates.
+    pub ca: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// `cert`'s key as encrypted PKCS#8 (PBES2, AES-256-CBC).
+    pub key_encrypted: std::path::PathBuf,
+    /// The password of `key_encrypted` (read from its file).
+    pub key_password: String,
+    /// An unrelated CA, and a client certificate + key it signed.
+    pub other_ca: std::path::PathBuf,
+    pub other_cert: std::path::PathBuf,
+    pub other_key: std::path::PathBuf,
+}
+
+/// The TLS listeners and files, or `None` (outside CI) when not configured.
+pub fn tls() -> Option<TlsEnv> {
+    let path = |var: &str| required_env(var).map(std::path::PathBuf::from);
+    let password_file = path("CLINK_KAFKA_TLS_KEY_PASSWORD_FILE")?;
+    let key_password = std::fs::read_to_string(&password_file)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", password_file.display()))
+        .trim_end_matches(['\n', '\r'])
+        .to_owned();
+    Some(TlsEnv {
+        ssl_brokers: required_env("CLINK_KAFKA_SSL_BROKERS")?,
+        mtls_brokers: required_env("CLINK_KAFKA_MTLS_BROKERS")?,
+        sasl_ssl_brokers: required_env("CLINK_KAFKA_SASL_SSL_BROKERS")?,
+        ca: path("CLINK_KAFKA_TLS_CA")?,
+        cert: path("CLINK_KAFKA_TLS_CERT")?,
+        key: path("CLINK_KAFKA_TLS_KEY")?,
+        key_encrypted: path("CLINK_KAFKA_TLS_KEY_ENCRYPTED")?,
+        key_password,
+        other_ca: path("CLINK_KAFKA_TLS_OTHER_CA")?,
+        other_cert: path("CLINK_KAFKA_TLS_OTHER_CERT")?,
+        other_key: path("CLINK_KAFKA_TLS_OTHER_KEY")?,
+    })
+}
+
+impl TlsEnv {
+    /// Trusting our CA, no client certificate.
+    pub fn server_auth(&self) -> clink_kafka::client::TlsConfig {
+        clink_kafka::client::TlsConfig {
+            ca_file: Some(self.ca.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// Trusting our CA, with the client certificate and its plain key.
+    pub fn mutual(&self) -> clink_kafka::client::TlsConfig {
+        clink_kafka::client::TlsConfig {
+            cert_file: Some(self.cert.clone()),
+            key_file: Some(self.key.clone()),
+            ..self.server_auth()
+        }
+    }
 }

@@ -419,16 +419,16 @@ pub struct RecordIter<'a> {
 #[inline(always)]
 fn fast_uvarint(b: &mut &[u8]) -> Option<u32> {
     let s: &[u8] = b;
-    match s {
-        &[b0, ref rest @ ..] if b0 & 0x80 == 0 => {
+    match *s {
+        [b0, ref rest @ ..] if b0 & 0x80 == 0 => {
             *b = rest;
             Some(u32::from(b0))
         }
-        &[b0, b1, ref rest @ ..] if b1 & 0x80 == 0 => {
+        [b0, b1, ref rest @ ..] if b1 & 0x80 == 0 => {
             *b = rest;
             Some(u32::from(b0 & 0x7f) | (u32::from(b1) << 7))
         }
-        &[b0, b1, b2, ref rest @ ..] if b2 & 0x80 == 0 => {
+        [b0, b1, b2, ref rest @ ..] if b2 & 0x80 == 0 => {
             *b = rest;
             Some(u32::from(b0 & 0x7f) | (u32::from(b1 & 0x7f) << 7) | (u32::from(b2) << 14))
         }
@@ -449,13 +449,13 @@ fn fast_varint(b: &mut &[u8]) -> Option<i32> {
 #[inline(always)]
 fn fast_varlong(b: &mut &[u8]) -> Option<i64> {
     let s: &[u8] = b;
-    match s {
-        &[b0, ref rest @ ..] if b0 & 0x80 == 0 => {
+    match *s {
+        [b0, ref rest @ ..] if b0 & 0x80 == 0 => {
             *b = rest;
             let u = u64::from(b0);
             Some(((u >> 1) as i64) ^ -((u & 1) as i64))
         }
-        &[b0, b1, ref rest @ ..] if b1 & 0x80 == 0 => {
+        [b0, b1, ref rest @ ..] if b1 & 0x80 == 0 => {
             *b = rest;
             let u = u64::from(b0 & 0x7f) | (u64::from(b1) << 7);
             Some(((u >> 1) as i64) ^ -((u & 1) as i64))

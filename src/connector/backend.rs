@@ -1,0 +1,325 @@
+//! The backend seam: what the source and the sinks need from a Kafka
+//! client, as three traits. [`KafkaSource`](super::KafkaSource),
+//! [`KafkaSink`](super::KafkaSink) and the upsert sink are written once over
+//! them; [`NativeConsumer`] and [`NativeProducer`] implement them on
+//! `crate::client`, and an rdkafka backend can implement them later.
+//!
+//! The seam is deliberately narrow: manual assignment at concrete offsets
+//! (the source resolves every start offset itself, before assigning),
+//! watermarks, one committed-offset lookup (the source owns the retries),
+//! batched polls; on the producer side send / flush, plus the transaction
+//! calls a two-phase-commit sink needs ([`TransactionalProducerBackend`],
+//! not implemented natively yet).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use super::error::{ConnectorError, Result};
+use super::record::{Header, KafkaMessage};
+use crate::client::producer::ProducerIdentity;
+use crate::client::{
+    ClientConfig, Cluster, Consumer, ConsumerConfig, DeliveryFuture, GroupOffsets, IsolationLevel, Offset, Producer,
+    ProducerConfig, ProducerRecord,
+};
+
+/// Which end of a partition's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watermark {
+    /// The log start offset.
+    Low,
+    /// The high watermark (the last stable offset under read_committed).
+    High,
+}
+
+/// A consumer for a source that assigns its own partitions.
+pub trait ConsumerBackend: Send {
+    /// Connects; called once by `open`.
+    fn connect(&mut self) -> impl Future<Output = Result<()>> + Send;
+
+    /// The topic's current partition count, from fresh metadata.
+    fn partition_count(&mut self, topic: &str) -> impl Future<Output = Result<i32>> + Send;
+
+    /// One end of `topic[partition]`'s log, asked of its leader.
+    fn watermark(&mut self, topic: &str, partition: i32, which: Watermark) -> impl Future<Output = Result<i64>> + Send;
+
+    /// One lookup of the group's committed offsets for `partitions` (`None`:
+    /// nothing committed). The caller bounds the retries.
+    fn committed(
+        &mut self,
+        group_id: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> impl Future<Output = Result<BTreeMap<i32, Option<i64>>>> + Send;
+
+    /// Replaces the assignment with exactly `partitions`, each positioned at
+    /// its concrete offset.
+    fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Waits up to `timeout` for records; returns what arrived (possibly
+    /// more than one fetch's worth, in offset order per partition).
+    fn poll(&mut self, timeout: Duration) -> impl Future<Output = Result<Vec<KafkaMessage>>> + Send;
+
+    fn close(&mut self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Where one produced record landed, or why it did not.
+pub type DeliveryOutcome = std::result::Result<(i32, i64), ConnectorError>;
+
+/// A producer for the at-least-once and upsert sinks.
+pub trait ProducerBackend: Send + Sync {
+    /// Resolves once the record is acknowledged (or failed after retries).
+    type Delivery: Future<Output = DeliveryOutcome> + Send + 'static;
+
+    /// Connects; called once by the sink's `open`.
+    fn connect(&mut self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Queues `message` for `topic` (at `partition`, or as the key decides).
+    fn send(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        message: KafkaMessage,
+    ) -> impl Future<Output = Result<Self::Delivery>> + Send;
+
+    /// Sends everything queued and waits for it, up to `timeout`.
+    fn flush(&self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    fn close(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The producer a two-phase-commit sink (`kafka_2pc_sink_string`) needs:
+/// one transaction per checkpoint interval, flushed at the barrier (through
+/// [`ProducerBackend::flush`]), committed at `on_commit`, aborted at
+/// `on_abort`; and the producer identity its resume handle stages into the
+/// checkpoint at each barrier. Not implemented by the native backend yet:
+/// the client's transactional producer is being written (its shape, init →
+/// identity, begin, send / flush, commit, abort, is what this trait asks).
+pub trait TransactionalProducerBackend: ProducerBackend {
+    /// InitProducerId for `transactional_id` (connecting first): fences
+    /// older instances and aborts what they left open.
+    fn init_transactions(
+        &mut self,
+        transactional_id: &str,
+        transaction_timeout: Duration,
+    ) -> impl Future<Output = Result<ProducerIdentity>> + Send;
+
+    fn begin_transaction(&mut self) -> Result<()>;
+
+    /// Commits the open transaction (after a flush).
+    fn commit_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    fn abort_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    /// The current producer id and epoch, for the resume handle.
+    fn identity(&self) -> Option<ProducerIdentity>;
+}
+
+// ---------------------------------------------------------------------------
+// The native backend.
+
+/// [`ConsumerBackend`] over `crate::client::Consumer`. Never commits.
+#[derive(Debug)]
+pub struct NativeConsumer {
+    config: ClientConfig,
+    consumer_config: ConsumerConfig,
+    cluster: Option<Cluster>,
+    consumer: Option<Consumer>,
+    topic: Option<std::sync::Arc<str>>,
+}
+
+impl NativeConsumer {
+    /// A consumer that connects with `config` at `connect`.
+    pub fn new(config: ClientConfig, consumer_config: ConsumerConfig) -> Self {
+        NativeConsumer {
+            config,
+            consumer_config,
+            cluster: None,
+            consumer: None,
+            topic: None,
+        }
+    }
+
+    fn parts(&mut self) -> Result<(&Cluster, &mut Consumer)> {
+        match (&self.cluster, &mut self.consumer) {
+            (Some(c), Some(k)) => Ok((c, k)),
+            _ => Err(ConnectorError::CallOrder {
+                call: "consumer backend",
+                problem: "before connect",
+            }),
+        }
+    }
+}
+
+impl ConsumerBackend for NativeConsumer {
+    async fn connect(&mut self) -> Result<()> {
+        if self.cluster.is_none() {
+            let cluster = Cluster::connect(self.config.clone()).await?;
+            self.consumer = Some(Consumer::new(cluster.clone(), self.consumer_config.clone()));
+            self.cluster = Some(cluster);
+        }
+        Ok(())
+    }
+
+    async fn partition_count(&mut self, topic: &str) -> Result<i32> {
+        let (cluster, _) = self.parts()?;
+        let md = cluster.refresh_topics(&[topic]).await?;
+        match md.topics.get(topic) {
+            Some(t) => Ok(t.partitions.len() as i32),
+            // Unknown (or not led yet): wait for it as the client does.
+            None => Ok(cluster.partition_count(topic).await? as i32),
+        }
+    }
+
+    async fn watermark(&mut self, topic: &str, partition: i32, which: Watermark) -> Result<i64> {
+        let (_, consumer) = self.parts()?;
+        let which = match which {
+            Watermark::Low => Offset::Earliest,
+            Watermark::High => Offset::Latest,
+        };
+        Ok(consumer.list_offset(topic, partition, which).await?)
+    }
+
+    async fn committed(
+        &mut self,
+        group_id: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<BTreeMap<i32, Option<i64>>> {
+        let require_stable = self.consumer_config.isolation == IsolationLevel::ReadCommitted;
+        let (cluster, _) = self.parts()?;
+        let group = GroupOffsets::new(cluster.clone(), group_id)?;
+        let wanted: Vec<(&str, i32)> = partitions.iter().map(|p| (topic, *p)).collect();
+        let found = group.fetch(&wanted, require_stable).await?;
+        Ok(partitions
+            .iter()
+            .map(|p| {
+                let offset = found
+                    .get(&(topic.to_owned(), *p))
+                    .and_then(|c| c.as_ref())
+                    .map(|c| c.offset)
+                    .filter(|o| *o >= 0);
+                (*p, offset)
+            })
+            .collect())
+    }
+
+    async fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> Result<()> {
+        let (_, consumer) = self.parts()?;
+        let list: Vec<(&str, i32)> = partitions.iter().map(|(p, _)| (topic, *p)).collect();
+        consumer.assign(&list);
+        for (p, offset) in partitions {
+            consumer.seek(topic, *p, Offset::At(*offset)).await?;
+        }
+        self.topic = Some(std::sync::Arc::from(topic));
+        Ok(())
+    }
+
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<KafkaMessage>> {
+        let (_, consumer) = self.parts()?;
+        let records = consumer.poll(timeout).await?;
+        Ok(records
+            .into_iter()
+            .map(|r| KafkaMessage {
+                payload: r.record.value,
+                key: r.record.key,
+                headers: r
+                    .record
+                    .headers
+                    .into_iter()
+                    .map(|h| Header {
+                        key: h.key,
+                        value: h.value,
+                    })
+                    .collect(),
+                offset: r.record.offset,
+                partition: r.partition,
+                timestamp: r.record.timestamp,
+            })
+            .collect())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.consumer = None;
+        self.cluster = None;
+        Ok(())
+    }
+}
+
+/// [`ProducerBackend`] over `crate::client::Producer` (idempotent with
+/// `acks = all`).
+#[derive(Debug)]
+pub struct NativeProducer {
+    config: ClientConfig,
+    producer_config: ProducerConfig,
+    producer: Option<Producer>,
+}
+
+impl NativeProducer {
+    pub fn new(config: ClientConfig, producer_config: ProducerConfig) -> Self {
+        NativeProducer {
+            config,
+            producer_config,
+            producer: None,
+        }
+    }
+
+    fn producer(&self) -> Result<&Producer> {
+        self.producer.as_ref().ok_or(ConnectorError::CallOrder {
+            call: "producer backend",
+            problem: "before connect",
+        })
+    }
+}
+
+/// A native delivery, as a [`DeliveryOutcome`].
+pub struct NativeDelivery(DeliveryFuture);
+
+impl Future for NativeDelivery {
+    type Output = DeliveryOutcome;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<DeliveryOutcome> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.map(|d| (d.partition, d.offset)).map_err(ConnectorError::from))
+    }
+}
+
+impl ProducerBackend for NativeProducer {
+    type Delivery = NativeDelivery;
+
+    async fn connect(&mut self) -> Result<()> {
+        if self.producer.is_none() {
+            let cluster = Cluster::connect(self.config.clone()).await?;
+            self.producer = Some(Producer::new(cluster, self.producer_config.clone()).await?);
+        }
+        Ok(())
+    }
+
+    async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<NativeDelivery> {
+        let producer = self.producer()?;
+        let record = ProducerRecord {
+            topic: topic.to_owned(),
+            partition,
+            key: message.key,
+            value: message.payload,
+            headers: message
+                .headers
+                .into_iter()
+                .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
+                .collect(),
+            timestamp: (message.timestamp >= 0).then_some(message.timestamp),
+        };
+        Ok(NativeDelivery(producer.send(record).await?))
+    }
+
+    async fn flush(&self, timeout: Duration) -> Result<()> {
+        Ok(self.producer()?.flush(timeout).await?)
+    }
+
+    async fn close(&mut self, timeout: Duration) -> Result<()> {
+        match self.producer.take() {
+            Some(p) => Ok(p.close(timeout).await?),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The connector layer's typed errors.
+//!
+//! Every misconfiguration names the option (the spec's option name, or the
+//! `kafka.<property>` passthrough key) and what would be accepted. Values of
+//! secret options never appear in an error: they are not echoed back.
+
+use std::fmt;
+
+/// Result alias for the connector layer.
+pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;
+
+/// An error from building, opening or running a connector.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectorError {
+    /// The option is not one this factory reads.
+    #[error("unknown option {option:?} for {factory}{}", suggestion_suffix(.suggestion))]
+    UnknownOption {
+        option: String,
+        factory: &'static str,
+        /// The closest option this factory does read, when one is close.
+        suggestion: Option<&'static str>,
+    },
+    /// A required option is absent (or empty).
+    #[error("missing required option {option:?} for {factory}")]
+    MissingOption {
+        option: &'static str,
+        factory: &'static str,
+    },
+    /// The option's value is not one of the accepted ones.
+    #[error("invalid value {value:?} for option {option:?}: expected {expected}")]
+    InvalidOption {
+        option: String,
+        /// The value as given (never the value of a secret option).
+        value: String,
+        /// The allowed values, or the shape a value must have.
+        expected: String,
+    },
+    /// Two settings contradict each other (an alias and its passthrough
+    /// property with different values, a certificate without its key).
+    #[error("conflicting options: {message}")]
+    ConflictingOptions { message: String },
+    /// A security configuration that would be silently weaker than it looks
+    /// (credentials on a transport that never presents them, a certificate
+    /// on a transport that never uses it). Refused before any connection.
+    #[error("insecure configuration refused: {option} {message}")]
+    InsecureConfig { option: String, message: String },
+    /// A `kafka.<property>` passthrough (or an option value) the native
+    /// client cannot honour.
+    #[error("unsupported property {property:?}: {reason}")]
+    UnsupportedProperty { property: String, reason: String },
+    /// TLS was asked for, and this build's native client does not speak it yet.
+    #[error("TLS not available in this build yet ({option}); use a plaintext or sasl_plaintext listener")]
+    TlsUnavailable { option: String },
+    /// Something the spec describes that this build does not provide yet.
+    #[error("{what} is not yet available: {reason}")]
+    NotYetAvailable { what: String, reason: String },
+    /// No factory is registered under this name.
+    #[error("no factory named {name:?}{}", suggestion_suffix(.suggestion))]
+    UnknownFactory { name: String, suggestion: Option<String> },
+    /// A factory name registered twice.
+    #[error("factory {name:?} is already registered")]
+    DuplicateFactory { name: String },
+    /// The operator built is not of the shape the caller asked for.
+    #[error("factory {factory:?} builds a {actual}, not a {expected}")]
+    WrongOperatorKind {
+        factory: String,
+        expected: &'static str,
+        actual: &'static str,
+    },
+    /// `auto_offset_reset = none` and the partition has neither a restored
+    /// nor a committed offset.
+    #[error("{topic}[{partition}] has no restored or committed offset and auto_offset_reset is 'none'")]
+    NoStartOffset { topic: String, partition: i32 },
+    /// A payload on the string channel is not UTF-8.
+    #[error("the payload at {topic}[{partition}] offset {offset} is not UTF-8 text: {reason}")]
+    NotText {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        reason: String,
+    },
+    /// Operator state handed to `restore` is malformed.
+    #[error("malformed operator state row {key:?}: {message}")]
+    BadState { key: String, message: String },
+    /// A call out of the documented order (`on_data` before `open`, …).
+    #[error("{call} called {problem}")]
+    CallOrder { call: &'static str, problem: &'static str },
+    /// Deliveries failed after the producer's retries; the barrier or flush
+    /// that found them fails, so no checkpoint covers lost records.
+    #[error("{failed} deliveries to {topic:?} failed; first: {first}")]
+    DeliveryFailed { topic: String, failed: u64, first: String },
+    /// A SQL statement the table front cannot use.
+    #[error("SQL: {message}")]
+    Sql { message: String },
+    /// A JSON text the row bridge cannot use.
+    #[error("JSON row: {message}")]
+    Json { message: String },
+    /// The native client failed.
+    #[error(transparent)]
+    Client(#[from] crate::error::Error),
+}
+
+fn suggestion_suffix<S: fmt::Debug>(s: &Option<S>) -> String {
+    match s {
+        Some(s) => format!(" (did you mean {s:?}?)"),
+        None => String::new(),
+    }
+}
+
+impl ConnectorError {
+    pub(crate) fn invalid(option: impl Into<String>, value: impl Into<String>, expected: impl Into<String>) -> Self {
+        ConnectorError::InvalidOption {
+            option: option.into(),
+            value: value.into(),
+            expected: expected.into(),
+        }
+    }
+
+    /// The option or property this error is about, when it is about one.
+    pub fn option(&self) -> Option<&str> {
+        match self {
+            ConnectorError::UnknownOption { option, .. } | ConnectorError::InvalidOption { option, .. } => Some(option),
+            ConnectorError::MissingOption { option, .. } => Some(option),
+            ConnectorError::InsecureConfig { option, .. } | ConnectorError::TlsUnavailable { option } => Some(option),
+            ConnectorError::UnsupportedProperty { property, .. } => Some(property),
+            _ => None,
+        }
+    }
+}
+
+/// Levenshtein distance, for "did you mean" suggestions.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The candidate closest to `word`, if it is close enough to be a typo:
+/// within a third of the word's length (at least 1, at most 3 edits).
+pub(crate) fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).clamp(1, 3);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, c)| (*d, *c))
+        .map(|(_, c)| c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances_and_suggestions() {
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+        let names = ["brokers", "topic", "group_id", "auto_offset_reset"];
+        assert_eq!(closest("borkers", names), Some("brokers"));
+        assert_eq!(closest("auto_ofset_reset", names), Some("auto_offset_reset"));
+        assert_eq!(closest("zzzzzz", names), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! The connector layer: what the stream engine sees of Kafka.
+//!
+//! The contract is `shared/reference/kafka-connector-spec.txt` (factory
+//! names, option names, defaults, delivery semantics). The engine reaches
+//! Kafka through four things, each owned by one file here:
+//!
+//! - factories looked up by name: [`registry`] (`install`, `BuildContext`);
+//! - string options (a table's `WITH` clause): [`options`] and [`security`];
+//!   the SQL front that produces them: [`sql`];
+//! - batches produced and consumed: [`source`] ([`KafkaSource`]), [`sink`]
+//!   ([`KafkaSink`]), [`upsert`] ([`UpsertSink`]), over the record shapes in
+//!   [`record`];
+//! - checkpoints: [`Source::snapshot`] / [`Source::restore`] and the sink
+//!   barrier hooks.
+//!
+//! Source and sinks are written once over the backend seam in [`backend`]
+//! (consumer, producer, transactional producer); the native client
+//! (`crate::client`) implements it, an rdkafka backend can later.
+//!
+//! # Call order the engine guarantees
+//!
+//! Source: `restore?` → `open` → (`produce` | `snapshot`)* → `close`.
+//! `restore` (at most once, before `open`) gets the union of every subtask's
+//! rows; `produce` emits at most one batch and returns, and the engine calls
+//! it in a loop until it cancels ([`drive`] is that loop), so a `snapshot`
+//! always falls on a batch boundary: it covers exactly the records emitted.
+//!
+//! Sink: `restore?` → `open` → (`on_data`* → `flush`? → `on_barrier(n)`
+//! → (`on_commit(n)` | `on_abort(n)`)?)* → `close`. Barriers come in
+//! increasing checkpoint order; `on_commit(n)` arrives only after the
+//! checkpoint `n` is globally durable, `on_abort(n)` when it failed; either
+//! may be skipped (a later commit subsumes an earlier one). A sink whose
+//! [`SinkCapabilities::commit_recoverable`] is false puts its job on the
+//! commit-confirmed restore protocol (the spec's 2PC sink).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub mod backend;
+mod error;
+pub mod options;
+pub mod record;
+pub mod registry;
+pub mod security;
+pub mod sink;
+pub mod source;
+pub mod sql;
+pub mod upsert;
+
+pub use backend::{
+    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeProducer, ProducerBackend, TransactionalProducerBackend,
+};
+pub use error::{ConnectorError, Result};
+pub use record::{Header, KafkaMessage, Text};
+pub use registry::{install, BuildContext, Operator, Registry};
+pub use sink::{KafkaSink, SinkCounters, TextKafkaSink};
+pub use source::{KafkaSource, ResumeRow, SourceCounters, TextKafkaSource};
+pub use upsert::UpsertSink;
+
+/// A boxed future, so the engine-facing traits stay object safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A batch of records: the unit the engine moves.
+pub type Batch<T> = Vec<T>;
+
+/// Where a source puts its batches.
+pub trait Emitter<T>: Send {
+    fn emit(&mut self, batch: Batch<T>);
+}
+
+impl<T: Send> Emitter<T> for Vec<Batch<T>> {
+    fn emit(&mut self, batch: Batch<T>) {
+        self.push(batch);
+    }
+}
+
+/// One row of operator state: an opaque key and value the engine stores in
+/// its checkpoint. Never carries a secret.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StateRow {
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+/// A source: emits batches, snapshots its position.
+pub trait Source: Send {
+    type Item: Send;
+
+    /// Hands over the union of restored rows (every subtask's), before
+    /// `open`. A source keeps the rows it owns and ignores the rest.
+    fn restore(&mut self, rows: &[StateRow]) -> Result<()>;
+
+    /// Connects and positions; after it, `snapshot` has a row per owned partition.
+    fn open(&mut self) -> BoxFuture<'_, Result<()>>;
+
+    /// Emits at most one batch; returns how many records it emitted (0 when
+    /// nothing arrived within the poll timeout).
+    fn produce<'a>(&'a mut self, emitter: &'a mut dyn Emitter<Self::Item>) -> BoxFuture<'a, Result<usize>>;
+
+    /// The rows that resume this source exactly after the last emitted record.
+    fn snapshot(&self) -> Vec<StateRow>;
+
+    fn close(&mut self) -> BoxFuture<'_, Result<()>>;
+}
+
+/// Delivery guarantee a sink gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryGuarantee {
+    /// Every record acknowledged before a barrier completes; a replay may
+    /// duplicate.
+    AtLeastOnce,
+    /// Records become visible only when their checkpoint commits.
+    ExactlyOnce,
+}
+
+/// What a sink declares to the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SinkCapabilities {
+    pub delivery: DeliveryGuarantee,
+    /// Whether a commit can be re-executed at restore (nothing to lose if
+    /// the process dies between barrier and commit). `false` puts the job on
+    /// the commit-confirmed restore protocol (a broker transaction cannot be
+    /// resumed by a new producer).
+    pub commit_recoverable: bool,
+    /// Whether `on_commit` / `on_abort` do anything (a two-phase sink).
+    pub two_phase: bool,
+    /// Whether `on_barrier` stages operator state.
+    pub stages_state: bool,
+}
+
+impl SinkCapabilities {
+    /// A plain at-least-once sink: the barrier flushes, commit and abort are
+    /// no-ops, so there is no commit to lose.
+    pub const AT_LEAST_ONCE: SinkCapabilities = SinkCapabilities {
+        delivery: DeliveryGuarantee::AtLeastOnce,
+        commit_recoverable: true,
+        two_phase: false,
+        stages_state: false,
+    };
+}
+
+/// A sink: takes batches, makes them durable at barriers.
+pub trait Sink: Send {
+    type Item: Send;
+
+    fn capabilities(&self) -> SinkCapabilities;
+
+    /// Restored rows (the union of every subtask's), before `open`.
+    fn restore(&mut self, rows: &[StateRow]) -> Result<()> {
+        let _ = rows;
+        Ok(())
+    }
+
+    fn open(&mut self) -> BoxFuture<'_, Result<()>>;
+
+    fn on_data(&mut self, batch: Batch<Self::Item>) -> BoxFuture<'_, Result<()>>;
+
+    /// Waits until everything handed over so far is acknowledged (or failed).
+    fn flush(&mut self) -> BoxFuture<'_, Result<()>>;
+
+    /// The checkpoint `checkpoint_id` passes this sink. Returns the rows to
+    /// store in that checkpoint (a 2PC sink's resume handle; none for an
+    /// at-least-once sink, which flushes here).
+    fn on_barrier(&mut self, checkpoint_id: u64) -> BoxFuture<'_, Result<Vec<StateRow>>>;
+
+    /// The checkpoint is globally durable.
+    fn on_commit(&mut self, checkpoint_id: u64) -> BoxFuture<'_, Result<()>>;
+
+    /// The checkpoint failed.
+    fn on_abort(&mut self, checkpoint_id: u64) -> BoxFuture<'_, Result<()>>;
+
+    fn close(&mut self) -> BoxFuture<'_, Result<()>>;
+}
+
+/// The engine's source loop: `produce` until `cancel` is set. Returns the
+/// number of records emitted.
+pub async fn drive<S: Source + ?Sized>(
+    source: &mut S,
+    emitter: &mut dyn Emitter<S::Item>,
+    cancel: &AtomicBool,
+) -> Result<u64> {
+    let mut total = 0u64;
+    while !cancel.load(Ordering::Acquire) {
+        total += source.produce(emitter).await? as u64;
+    }
+    Ok(total)
+}

@@ -1,0 +1,1005 @@
+//! Parsing and validating every option the spec names, per factory.
+//!
+//! Input is the build context's string parameters (a table's `WITH`
+//! clause). Each factory reads a fixed set of options; anything else is an
+//! [`ConnectorError::UnknownOption`] with a "did you mean" suggestion. Each
+//! bad value is an [`ConnectorError::InvalidOption`] naming the option and
+//! what it accepts. `kafka.<property>` keys are librdkafka property names
+//! passed through: those the native client supports are mapped onto it
+//! (onto the same setting as their alias, when there is one: giving both
+//! with different values is an error); every other one is refused by name.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clink_kafka_wire::compression::Compression;
+
+use super::error::{closest, ConnectorError, Result};
+use super::security::{self, SecurityConfig, SecurityInputs, SECURITY_OPTIONS};
+use crate::client::{Acks, ClientConfig, ConsumerConfig, IsolationLevel, ProducerConfig};
+
+/// The factory shapes, each with its option set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FactoryKind {
+    /// `kafka_message_source`.
+    MessageSource,
+    /// `kafka_text_source` / `kafka_source_string`.
+    TextSource,
+    /// `kafka_message_sink`.
+    MessageSink,
+    /// `kafka_text_sink` / `kafka_sink_string`.
+    TextSink,
+    /// `kafka_upsert_sink_string`.
+    UpsertSink,
+}
+
+const COMMON: &[&str] = &["brokers", "topic", "client_id", "metric_prefix"];
+const SOURCE: &[&str] = &[
+    "group_id",
+    "auto_offset_reset",
+    "batch_max_wait_ms",
+    "poll_timeout",
+    "max_batch_size",
+    "partition_discovery_interval",
+    "commit_mode",
+    "enable_debug",
+];
+const SINK: &[&str] = &[
+    "acks",
+    "compression",
+    "linger_ms",
+    "produce_timeout",
+    "flush_timeout",
+    "fixed_partition",
+];
+const STRING_FORMAT: &[&str] = &[
+    "format",
+    "schema_registry_url",
+    "schema_registry_subject",
+    "schema_registry_auto_register",
+];
+
+impl FactoryKind {
+    /// The factory's primary registered name (for messages).
+    pub fn name(self) -> &'static str {
+        match self {
+            FactoryKind::MessageSource => "kafka_message_source",
+            FactoryKind::TextSource => "kafka_text_source",
+            FactoryKind::MessageSink => "kafka_message_sink",
+            FactoryKind::TextSink => "kafka_text_sink",
+            FactoryKind::UpsertSink => "kafka_upsert_sink_string",
+        }
+    }
+
+    pub fn is_source(self) -> bool {
+        matches!(self, FactoryKind::MessageSource | FactoryKind::TextSource)
+    }
+
+    /// Every option this factory reads (the `kafka.` passthrough aside).
+    pub fn options(self) -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = COMMON.iter().chain(SECURITY_OPTIONS).copied().collect();
+        match self {
+            FactoryKind::MessageSource => v.extend(SOURCE),
+            FactoryKind::TextSource => {
+                v.extend(SOURCE);
+                v.extend(STRING_FORMAT);
+                v.push("decode_error");
+            }
+            FactoryKind::MessageSink => v.extend(SINK),
+            FactoryKind::TextSink => {
+                v.extend(SINK);
+                v.extend(STRING_FORMAT);
+            }
+            FactoryKind::UpsertSink => {
+                v.extend(SINK);
+                v.extend(STRING_FORMAT);
+                v.push("primary_key");
+            }
+        }
+        v
+    }
+
+    fn default_client_id(self) -> &'static str {
+        if self.is_source() {
+            "clink-source"
+        } else {
+            "clink-sink"
+        }
+    }
+}
+
+/// Where a partition with no restored or committed offset starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AutoOffsetReset {
+    #[default]
+    Earliest,
+    Latest,
+    /// No fallback: such a partition is an error naming it.
+    None,
+}
+
+impl AutoOffsetReset {
+    pub fn name(self) -> &'static str {
+        match self {
+            AutoOffsetReset::Earliest => "earliest",
+            AutoOffsetReset::Latest => "latest",
+            AutoOffsetReset::None => "none",
+        }
+    }
+}
+
+/// What a registry-framed value format does with an undecodable message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DecodeErrorPolicy {
+    #[default]
+    Fail,
+    Skip,
+}
+
+/// Native client settings reachable only through the passthrough; `None`
+/// keeps the client's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientTuning {
+    pub connect_timeout: Option<Duration>,
+    pub request_timeout: Option<Duration>,
+    pub retry_backoff: Option<Duration>,
+    pub retry_backoff_max: Option<Duration>,
+    pub max_frame_size: Option<usize>,
+    pub metadata_max_wait: Option<Duration>,
+}
+
+/// Consumer settings reachable only through the passthrough.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerTuning {
+    pub max_wait: Option<Duration>,
+    pub min_bytes: Option<i32>,
+    pub max_bytes: Option<i32>,
+    pub partition_max_bytes: Option<i32>,
+    pub check_crcs: Option<bool>,
+    pub isolation: Option<IsolationLevel>,
+}
+
+/// Producer settings reachable only through the passthrough.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProducerTuning {
+    pub batch_size: Option<usize>,
+    pub buffer_memory: Option<usize>,
+    pub max_record_size: Option<usize>,
+    pub delivery_timeout: Option<Duration>,
+    pub ack_timeout: Option<Duration>,
+    pub idempotent: Option<bool>,
+}
+
+/// A source's options (`KafkaSource::Options` in the spec).
+#[derive(Clone, Debug)]
+pub struct SourceOptions {
+    pub brokers: String,
+    pub topic: String,
+    pub group_id: String,
+    pub client_id: String,
+    pub auto_offset_reset: AutoOffsetReset,
+    /// Bound on forming one whole batch; zero disables it.
+    pub batch_max_wait: Duration,
+    /// Bound on waiting for a batch's first record.
+    pub poll_timeout: Duration,
+    pub max_batch_size: usize,
+    /// Metadata re-poll period; zero disables discovery.
+    pub partition_discovery_interval: Duration,
+    pub metric_prefix: Option<String>,
+    pub enable_debug: bool,
+    pub decode_error: DecodeErrorPolicy,
+    /// Deterministic ownership: this subtask owns `p % source_parallelism == subtask_index`.
+    pub subtask_index: u32,
+    pub source_parallelism: u32,
+    pub security: SecurityConfig,
+    pub client: ClientTuning,
+    pub consumer: ConsumerTuning,
+    /// Bounded retries of the group committed-offset lookup.
+    pub committed_lookup_attempts: u32,
+}
+
+impl SourceOptions {
+    /// The struct defaults for `brokers` and `topic`: a standalone source.
+    pub fn new(brokers: impl Into<String>, topic: impl Into<String>) -> Self {
+        SourceOptions {
+            brokers: brokers.into(),
+            topic: topic.into(),
+            group_id: "clink".into(),
+            client_id: "clink-source".into(),
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            batch_max_wait: Duration::from_millis(5),
+            poll_timeout: Duration::from_millis(100),
+            max_batch_size: 2048,
+            partition_discovery_interval: Duration::from_secs(30),
+            metric_prefix: None,
+            enable_debug: false,
+            decode_error: DecodeErrorPolicy::Fail,
+            subtask_index: 0,
+            source_parallelism: 1,
+            security: SecurityConfig::default(),
+            client: ClientTuning::default(),
+            consumer: ConsumerTuning::default(),
+            committed_lookup_attempts: 3,
+        }
+    }
+
+    /// Whether this subtask owns `partition`.
+    pub fn owns(&self, partition: i32) -> bool {
+        partition >= 0 && (partition as u32) % self.source_parallelism.max(1) == self.subtask_index
+    }
+
+    /// The native client configuration (refuses TLS until the client has it).
+    pub fn client_config(&self) -> Result<ClientConfig> {
+        client_config(&self.brokers, &self.client_id, &self.security, &self.client)
+    }
+
+    /// The native consumer configuration. Out-of-range offsets are errors
+    /// (no silent reset): start offsets are resolved before assignment.
+    pub fn consumer_config(&self) -> ConsumerConfig {
+        // Mutating the default (not a struct literal) keeps this compiling
+        // when the client grows settings.
+        let mut c = ConsumerConfig::default();
+        let t = &self.consumer;
+        if let Some(v) = t.isolation {
+            c.isolation = v;
+        }
+        if let Some(v) = t.max_wait {
+            c.max_wait = v;
+        }
+        if let Some(v) = t.min_bytes {
+            c.min_bytes = v;
+        }
+        if let Some(v) = t.max_bytes {
+            c.max_bytes = v;
+        }
+        if let Some(v) = t.partition_max_bytes {
+            c.partition_max_bytes = v;
+        }
+        if let Some(v) = t.check_crcs {
+            c.check_crcs = v;
+        }
+        c.auto_offset_reset = None;
+        c
+    }
+}
+
+/// A sink's options (`KafkaSink::Options` in the spec).
+#[derive(Clone, Debug)]
+pub struct SinkOptions {
+    pub brokers: String,
+    pub topic: String,
+    pub client_id: String,
+    pub acks: Acks,
+    pub compression: Compression,
+    pub linger: Duration,
+    /// Bound on handing one record to the producer (metadata, buffer space).
+    pub produce_timeout: Duration,
+    /// Bound on a flush (and so on a barrier).
+    pub flush_timeout: Duration,
+    pub fixed_partition: Option<i32>,
+    pub metric_prefix: Option<String>,
+    pub security: SecurityConfig,
+    pub client: ClientTuning,
+    pub producer: ProducerTuning,
+}
+
+impl SinkOptions {
+    /// The struct defaults for `brokers` and `topic`.
+    pub fn new(brokers: impl Into<String>, topic: impl Into<String>) -> Self {
+        SinkOptions {
+            brokers: brokers.into(),
+            topic: topic.into(),
+            client_id: "clink-sink".into(),
+            acks: Acks::All,
+            compression: Compression::None,
+            linger: Duration::from_millis(5),
+            produce_timeout: Duration::from_millis(30_000),
+            flush_timeout: Duration::from_millis(30_000),
+            fixed_partition: None,
+            metric_prefix: None,
+            security: SecurityConfig::default(),
+            client: ClientTuning::default(),
+            producer: ProducerTuning::default(),
+        }
+    }
+
+    pub fn client_config(&self) -> Result<ClientConfig> {
+        client_config(&self.brokers, &self.client_id, &self.security, &self.client)
+    }
+
+    pub fn producer_config(&self) -> Result<ProducerConfig> {
+        let t = &self.producer;
+        let idempotent = match t.idempotent {
+            Some(true) if self.acks != Acks::All => {
+                return Err(ConnectorError::ConflictingOptions {
+                    message: "kafka.enable.idempotence=true needs acks='all'".into(),
+                })
+            }
+            Some(v) => v,
+            None => self.acks == Acks::All,
+        };
+        let mut c = ProducerConfig {
+            acks: self.acks,
+            idempotent,
+            compression: self.compression,
+            linger: self.linger,
+            ..ProducerConfig::default()
+        };
+        if let Some(v) = t.batch_size {
+            c.batch_size = v;
+        }
+        if let Some(v) = t.buffer_memory {
+            c.buffer_memory = v;
+        }
+        if let Some(v) = t.max_record_size {
+            c.max_record_size = v;
+        }
+        if let Some(v) = t.ack_timeout {
+            c.ack_timeout = v;
+        }
+        if let Some(v) = t.delivery_timeout {
+            c.delivery_timeout = v;
+        }
+        Ok(c)
+    }
+}
+
+/// The upsert sink's options.
+#[derive(Clone, Debug)]
+pub struct UpsertOptions {
+    pub sink: SinkOptions,
+    /// The JSON fields whose values form the message key, in order.
+    pub primary_key: Vec<String>,
+}
+
+fn client_config(brokers: &str, client_id: &str, security: &SecurityConfig, t: &ClientTuning) -> Result<ClientConfig> {
+    let mut c = ClientConfig::new(brokers);
+    c.client_id = client_id.to_owned();
+    if let Some(v) = t.connect_timeout {
+        c.connect_timeout = v;
+    }
+    if let Some(v) = t.request_timeout {
+        c.request_timeout = v;
+    }
+    if let Some(v) = t.retry_backoff {
+        c.retry_backoff = v;
+    }
+    if let Some(v) = t.retry_backoff_max {
+        c.retry_backoff_max = v;
+    }
+    if let Some(v) = t.max_frame_size {
+        c.max_frame_size = v;
+    }
+    if let Some(v) = t.metadata_max_wait {
+        c.metadata_max_wait = v;
+    }
+    security.apply_to(&mut c)?;
+    Ok(c)
+}
+
+// ---------------------------------------------------------------------------
+// The passthrough table.
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Any,
+    Source,
+    Sink,
+}
+
+/// librdkafka property → (canonical setting, which factories read it).
+/// Canonical names are the spec's alias where one exists, else the
+/// librdkafka property itself.
+fn passthrough(property: &str) -> Option<(&'static str, Scope)> {
+    use Scope::*;
+    Some(match property {
+        "client.id" => ("client_id", Any),
+        "bootstrap.servers" | "metadata.broker.list" => ("brokers", Any),
+        "socket.connection.setup.timeout.ms" => ("socket.connection.setup.timeout.ms", Any),
+        "socket.timeout.ms" => ("socket.timeout.ms", Any),
+        "retry.backoff.ms" => ("retry.backoff.ms", Any),
+        "retry.backoff.max.ms" => ("retry.backoff.max.ms", Any),
+        "receive.message.max.bytes" => ("receive.message.max.bytes", Any),
+        "topic.metadata.propagation.max.ms" => ("topic.metadata.propagation.max.ms", Any),
+        "group.id" => ("group_id", Source),
+        "auto.offset.reset" => ("auto_offset_reset", Source),
+        "fetch.wait.max.ms" => ("fetch.wait.max.ms", Source),
+        "fetch.min.bytes" => ("fetch.min.bytes", Source),
+        "fetch.max.bytes" => ("fetch.max.bytes", Source),
+        "max.partition.fetch.bytes" | "fetch.message.max.bytes" => ("max.partition.fetch.bytes", Source),
+        "check.crcs" => ("check.crcs", Source),
+        "isolation.level" => ("isolation.level", Source),
+        "enable.auto.commit" => ("enable.auto.commit", Source),
+        "linger.ms" | "queue.buffering.max.ms" => ("linger_ms", Sink),
+        "acks" | "request.required.acks" => ("acks", Sink),
+        "compression.codec" | "compression.type" => ("compression", Sink),
+        "batch.size" => ("batch.size", Sink),
+        "queue.buffering.max.kbytes" => ("queue.buffering.max.kbytes", Sink),
+        "message.max.bytes" => ("message.max.bytes", Sink),
+        "message.timeout.ms" | "delivery.timeout.ms" => ("message.timeout.ms", Sink),
+        "request.timeout.ms" => ("request.timeout.ms", Sink),
+        "enable.idempotence" => ("enable.idempotence", Sink),
+        _ => return None,
+    })
+}
+
+fn unsupported_reason(property: &str) -> String {
+    match property {
+        "client.rack" => "the native consumer always fetches from the partition leader (no KIP-392 rack-aware \
+                          follower fetching), so a rack would have no effect"
+            .into(),
+        "enable.auto.offset.store"
+        | "auto.commit.interval.ms"
+        | "group.instance.id"
+        | "session.timeout.ms"
+        | "max.poll.interval.ms"
+        | "partition.assignment.strategy" => {
+            "the source assigns partitions itself and never joins or commits to a consumer group; the engine's \
+             checkpoints are the resume authority"
+                .into()
+        }
+        "transactional.id" | "transaction.timeout.ms" => {
+            "transactions belong to kafka_2pc_sink_string, which is not available yet".into()
+        }
+        p if p.starts_with("ssl.") || p.starts_with("sasl.") => {
+            "this security property is not supported by the native client (supported: security.protocol, \
+             sasl.mechanism(s), sasl.username, sasl.password, ssl.ca.location, ssl.certificate.location, \
+             ssl.key.location, ssl.key.password, ssl.endpoint.identification.algorithm, \
+             enable.ssl.certificate.verification)"
+                .into()
+        }
+        _ => "not a librdkafka property the native client supports".into(),
+    }
+}
+
+/// The options as given, keyed by canonical name, with the key the user
+/// wrote (for errors).
+#[derive(Default)]
+struct Inputs {
+    values: BTreeMap<&'static str, (String, String)>,
+}
+
+impl Inputs {
+    fn set(&mut self, canonical: &'static str, value: &str, written: &str) -> Result<()> {
+        if let Some((old, old_key)) = self.values.get(canonical) {
+            if old != value {
+                return Err(ConnectorError::ConflictingOptions {
+                    message: format!("{old_key:?} and {written:?} set the same setting to different values"),
+                });
+            }
+            return Ok(());
+        }
+        self.values.insert(canonical, (value.to_owned(), written.to_owned()));
+        Ok(())
+    }
+
+    fn get(&self, canonical: &str) -> Option<(&str, &str)> {
+        self.values.get(canonical).map(|(v, k)| (v.as_str(), k.as_str()))
+    }
+}
+
+/// Splits `params` into the factory's own options, security settings and
+/// mapped passthrough properties; refuses anything else.
+fn collect(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<(Inputs, SecurityInputs)> {
+    let allowed = kind.options();
+    let mut inputs = Inputs::default();
+    let mut security = SecurityInputs::default();
+    for (key, value) in params {
+        if let Some(property) = key.strip_prefix("kafka.") {
+            if let Some(alias) = security::alias_of_property(property) {
+                security.set(alias, value, key)?;
+                continue;
+            }
+            match passthrough(property) {
+                Some((canonical, scope)) => {
+                    let wrong = match scope {
+                        Scope::Any => None,
+                        Scope::Source if !kind.is_source() => Some("a consumer property, and this is a sink"),
+                        Scope::Sink if kind.is_source() => Some("a producer property, and this is a source"),
+                        _ => None,
+                    };
+                    if let Some(why) = wrong {
+                        return Err(ConnectorError::UnsupportedProperty {
+                            property: key.clone(),
+                            reason: why.into(),
+                        });
+                    }
+                    inputs.set(canonical, value, key)?;
+                }
+                None => {
+                    return Err(ConnectorError::UnsupportedProperty {
+                        property: key.clone(),
+                        reason: unsupported_reason(property),
+                    })
+                }
+            }
+            continue;
+        }
+        let Some(&name) = allowed.iter().find(|o| **o == key.as_str()) else {
+            return Err(ConnectorError::UnknownOption {
+                option: key.clone(),
+                factory: kind.name(),
+                suggestion: closest(key, allowed.iter().copied()),
+            });
+        };
+        if SECURITY_OPTIONS.contains(&name) {
+            security.set(name, value, key)?;
+        } else {
+            inputs.set(name, value, key)?;
+        }
+    }
+    Ok((inputs, security))
+}
+
+// ---------------------------------------------------------------------------
+// Value parsers. Each error names the option as written.
+
+pub(crate) fn parse_bool(option: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ConnectorError::invalid(option, value, "true or false")),
+    }
+}
+
+fn parse_u64(option: &str, value: &str, expected: &str) -> Result<u64> {
+    let v = value.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ConnectorError::invalid(option, value, expected));
+    }
+    v.parse::<u64>()
+        .map_err(|_| ConnectorError::invalid(option, value, expected))
+}
+
+fn parse_ms(option: &str, value: &str) -> Result<Duration> {
+    const EXPECTED: &str = "a non-negative integer number of milliseconds";
+    let ms = parse_u64(option, value, EXPECTED)?;
+    if ms > i32::MAX as u64 {
+        return Err(ConnectorError::invalid(
+            option,
+            value,
+            format!("{EXPECTED} up to {}", i32::MAX),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// A duration: integer milliseconds, or a number with `ms`, `s` or `m`.
+fn parse_duration(option: &str, value: &str) -> Result<Duration> {
+    const EXPECTED: &str = "a non-negative duration: milliseconds (e.g. 100) or a number with ms, s or m (e.g. 30s)";
+    let v = value.trim();
+    let (digits, unit_ms) = if let Some(d) = v.strip_suffix("ms") {
+        (d, 1)
+    } else if let Some(d) = v.strip_suffix('s') {
+        (d, 1000)
+    } else if let Some(d) = v.strip_suffix('m') {
+        (d, 60_000)
+    } else {
+        (v, 1)
+    };
+    let n = parse_u64(option, digits.trim(), EXPECTED).map_err(|_| ConnectorError::invalid(option, value, EXPECTED))?;
+    let ms = n
+        .checked_mul(unit_ms)
+        .filter(|ms| *ms <= i32::MAX as u64)
+        .ok_or_else(|| ConnectorError::invalid(option, value, EXPECTED))?;
+    Ok(Duration::from_millis(ms))
+}
+
+fn parse_int_in(option: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+    let expected = format!("an integer from {min} to {max}");
+    let n = parse_u64(option, value, &expected)?;
+    if n < min || n > max {
+        return Err(ConnectorError::invalid(option, value, expected));
+    }
+    Ok(n)
+}
+
+fn parse_auto_offset_reset(option: &str, value: &str) -> Result<AutoOffsetReset> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "earliest" | "smallest" | "beginning" => Ok(AutoOffsetReset::Earliest),
+        "latest" | "largest" | "end" => Ok(AutoOffsetReset::Latest),
+        "none" | "error" => Ok(AutoOffsetReset::None),
+        _ => Err(ConnectorError::invalid(option, value, "one of earliest, latest, none")),
+    }
+}
+
+fn parse_acks(option: &str, value: &str) -> Result<Acks> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "all" | "-1" => Ok(Acks::All),
+        "1" => Ok(Acks::Leader),
+        "0" => Ok(Acks::None),
+        _ => Err(ConnectorError::invalid(option, value, "one of all, 1, 0")),
+    }
+}
+
+fn parse_compression(option: &str, value: &str) -> Result<Compression> {
+    value
+        .parse::<Compression>()
+        .map_err(|_| ConnectorError::invalid(option, value, "one of none, gzip, snappy, lz4, zstd"))
+}
+
+fn parse_brokers(option: &str, value: &str) -> Result<String> {
+    const EXPECTED: &str = "a comma-separated list of host:port";
+    let entries: Vec<&str> = value.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    if entries.is_empty() {
+        return Err(ConnectorError::invalid(option, value, EXPECTED));
+    }
+    for e in &entries {
+        let ok = e
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+        if !ok {
+            return Err(ConnectorError::invalid(option, value, EXPECTED));
+        }
+    }
+    Ok(entries.join(","))
+}
+
+fn parse_topic(option: &str, value: &str) -> Result<String> {
+    let ok = !value.is_empty()
+        && value.len() <= 249
+        && value != "."
+        && value != ".."
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(ConnectorError::invalid(
+            option,
+            value,
+            "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-], not '.' or '..'",
+        ))
+    }
+}
+
+fn non_empty(option: &str, value: &str) -> Result<String> {
+    if value.trim().is_empty() {
+        Err(ConnectorError::invalid(option, value, "a non-empty string"))
+    } else {
+        Ok(value.to_owned())
+    }
+}
+
+fn required<'a>(inputs: &'a Inputs, option: &'static str, kind: FactoryKind) -> Result<(&'a str, &'a str)> {
+    match inputs.get(option) {
+        Some((v, k)) if !v.trim().is_empty() => Ok((v, k)),
+        _ => Err(ConnectorError::MissingOption {
+            option,
+            factory: kind.name(),
+        }),
+    }
+}
+
+/// `format` on a string factory: plain text / JSON is verbatim; the
+/// registry-framed formats are a later piece.
+fn check_format(inputs: &Inputs) -> Result<()> {
+    if let Some((v, k)) = inputs.get("format") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "json" | "text" | "plain" => {}
+            f @ ("avro" | "protobuf" | "json-schema") => {
+                return Err(ConnectorError::NotYetAvailable {
+                    what: format!("{k}='{f}'"),
+                    reason: "registry-framed value formats are not implemented yet; use format='json' (verbatim)"
+                        .into(),
+                })
+            }
+            _ => {
+                return Err(ConnectorError::invalid(
+                    k,
+                    v,
+                    "one of json, text (avro, protobuf, json-schema are not available yet)",
+                ))
+            }
+        }
+    }
+    for option in [
+        "schema_registry_url",
+        "schema_registry_subject",
+        "schema_registry_auto_register",
+    ] {
+        if inputs.get(option).is_some() {
+            return Err(ConnectorError::NotYetAvailable {
+                what: option.into(),
+                reason: "the Schema Registry formats are not implemented yet".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn client_tuning(inputs: &Inputs) -> Result<ClientTuning> {
+    let ms = |name: &str| inputs.get(name).map(|(v, k)| parse_ms(k, v)).transpose();
+    Ok(ClientTuning {
+        connect_timeout: ms("socket.connection.setup.timeout.ms")?,
+        request_timeout: ms("socket.timeout.ms")?,
+        retry_backoff: ms("retry.backoff.ms")?,
+        retry_backoff_max: ms("retry.backoff.max.ms")?,
+        max_frame_size: inputs
+            .get("receive.message.max.bytes")
+            .map(|(v, k)| parse_int_in(k, v, 1024, i32::MAX as u64).map(|n| n as usize))
+            .transpose()?,
+        metadata_max_wait: ms("topic.metadata.propagation.max.ms")?,
+    })
+}
+
+/// Parses a source factory's parameters.
+pub fn parse_source(
+    kind: FactoryKind,
+    params: &BTreeMap<String, String>,
+    subtask_index: u32,
+    parallelism: u32,
+) -> Result<SourceOptions> {
+    debug_assert!(kind.is_source());
+    if parallelism == 0 || subtask_index >= parallelism {
+        return Err(ConnectorError::invalid(
+            "subtask_index",
+            subtask_index.to_string(),
+            format!("a subtask index below the parallelism ({parallelism}), which must be at least 1"),
+        ));
+    }
+    let (inputs, security) = collect(kind, params)?;
+    let (b, bk) = required(&inputs, "brokers", kind)?;
+    let (t, tk) = required(&inputs, "topic", kind)?;
+    let mut o = SourceOptions::new(parse_brokers(bk, b)?, parse_topic(tk, t)?);
+    o.subtask_index = subtask_index;
+    o.source_parallelism = parallelism;
+    o.client_id = kind.default_client_id().into();
+    if let Some((v, k)) = inputs.get("group_id") {
+        o.group_id = non_empty(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("client_id") {
+        o.client_id = non_empty(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("auto_offset_reset") {
+        o.auto_offset_reset = parse_auto_offset_reset(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("batch_max_wait_ms") {
+        o.batch_max_wait = parse_ms(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("poll_timeout") {
+        o.poll_timeout = parse_duration(k, v)?;
+        if o.poll_timeout.is_zero() {
+            return Err(ConnectorError::invalid(k, v, "a positive duration (e.g. 100ms)"));
+        }
+    }
+    if let Some((v, k)) = inputs.get("max_batch_size") {
+        o.max_batch_size = parse_int_in(k, v, 1, 1_000_000)? as usize;
+    }
+    if let Some((v, k)) = inputs.get("partition_discovery_interval") {
+        o.partition_discovery_interval = parse_duration(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("commit_mode") {
+        if !v.trim().eq_ignore_ascii_case("manual") {
+            return Err(ConnectorError::invalid(
+                k,
+                v,
+                "manual (an engine-managed source never commits group offsets: the checkpoints are the \
+                 resume authority)",
+            ));
+        }
+    }
+    if let Some((v, k)) = inputs.get("enable.auto.commit") {
+        if parse_bool(k, v)? {
+            return Err(ConnectorError::invalid(
+                k,
+                v,
+                "false (the source never commits group offsets)",
+            ));
+        }
+    }
+    if let Some((v, k)) = inputs.get("enable_debug") {
+        o.enable_debug = parse_bool(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("metric_prefix") {
+        o.metric_prefix = Some(non_empty(k, v)?);
+    }
+    if let Some((v, k)) = inputs.get("decode_error") {
+        o.decode_error = match v.trim().to_ascii_lowercase().as_str() {
+            "fail" => DecodeErrorPolicy::Fail,
+            "skip" => DecodeErrorPolicy::Skip,
+            _ => return Err(ConnectorError::invalid(k, v, "one of fail, skip")),
+        };
+    }
+    if kind == FactoryKind::TextSource {
+        check_format(&inputs)?;
+    }
+    let i32_in = |name: &str, min: u64| {
+        inputs
+            .get(name)
+            .map(|(v, k)| parse_int_in(k, v, min, i32::MAX as u64).map(|n| n as i32))
+            .transpose()
+    };
+    o.consumer = ConsumerTuning {
+        max_wait: inputs
+            .get("fetch.wait.max.ms")
+            .map(|(v, k)| parse_ms(k, v))
+            .transpose()?,
+        min_bytes: i32_in("fetch.min.bytes", 1)?,
+        max_bytes: i32_in("fetch.max.bytes", 1024)?,
+        partition_max_bytes: i32_in("max.partition.fetch.bytes", 1)?,
+        check_crcs: inputs.get("check.crcs").map(|(v, k)| parse_bool(k, v)).transpose()?,
+        isolation: inputs
+            .get("isolation.level")
+            .map(|(v, k)| match v.trim().to_ascii_lowercase().as_str() {
+                "read_committed" => Ok(IsolationLevel::ReadCommitted),
+                "read_uncommitted" => Ok(IsolationLevel::ReadUncommitted),
+                _ => Err(ConnectorError::invalid(k, v, "one of read_committed, read_uncommitted")),
+            })
+            .transpose()?,
+    };
+    o.client = client_tuning(&inputs)?;
+    o.security = security.resolve()?;
+    Ok(o)
+}
+
+/// Parses a sink factory's parameters (the upsert sink's too, but for
+/// `primary_key`).
+pub fn parse_sink(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<SinkOptions> {
+    debug_assert!(!kind.is_source());
+    let (inputs, security) = collect(kind, params)?;
+    sink_from_inputs(kind, &inputs, security)
+}
+
+fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs) -> Result<SinkOptions> {
+    let (b, bk) = required(inputs, "brokers", kind)?;
+    let (t, tk) = required(inputs, "topic", kind)?;
+    let mut o = SinkOptions::new(parse_brokers(bk, b)?, parse_topic(tk, t)?);
+    if let Some((v, k)) = inputs.get("client_id") {
+        o.client_id = non_empty(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("acks") {
+        o.acks = parse_acks(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("compression") {
+        o.compression = parse_compression(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("linger_ms") {
+        o.linger = parse_ms(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("produce_timeout") {
+        o.produce_timeout = parse_duration(k, v)?;
+        if o.produce_timeout.is_zero() {
+            return Err(ConnectorError::invalid(k, v, "a positive duration (e.g. 30000)"));
+        }
+    }
+    if let Some((v, k)) = inputs.get("flush_timeout") {
+        o.flush_timeout = parse_duration(k, v)?;
+        if o.flush_timeout.is_zero() {
+            return Err(ConnectorError::invalid(k, v, "a positive duration (e.g. 30000)"));
+        }
+    }
+    if let Some((v, k)) = inputs.get("fixed_partition") {
+        o.fixed_partition = Some(parse_int_in(k, v, 0, i32::MAX as u64)? as i32);
+    }
+    if let Some((v, k)) = inputs.get("metric_prefix") {
+        o.metric_prefix = Some(non_empty(k, v)?);
+    }
+    if matches!(kind, FactoryKind::TextSink | FactoryKind::UpsertSink) {
+        check_format(inputs)?;
+    }
+    let usize_in = |name: &str, min: u64, scale: u64| {
+        inputs
+            .get(name)
+            .map(|(v, k)| parse_int_in(k, v, min, i32::MAX as u64).map(|n| (n * scale) as usize))
+            .transpose()
+    };
+    let ms = |name: &str| inputs.get(name).map(|(v, k)| parse_ms(k, v)).transpose();
+    o.producer = ProducerTuning {
+        batch_size: usize_in("batch.size", 1, 1)?,
+        buffer_memory: usize_in("queue.buffering.max.kbytes", 1, 1024)?,
+        max_record_size: usize_in("message.max.bytes", 1000, 1)?,
+        delivery_timeout: ms("message.timeout.ms")?,
+        ack_timeout: ms("request.timeout.ms")?,
+        idempotent: inputs
+            .get("enable.idempotence")
+            .map(|(v, k)| parse_bool(k, v))
+            .transpose()?,
+    };
+    o.client = client_tuning(inputs)?;
+    o.security = security.resolve()?;
+    o.producer_config()?;
+    Ok(o)
+}
+
+/// Parses the upsert sink's parameters.
+pub fn parse_upsert(params: &BTreeMap<String, String>) -> Result<UpsertOptions> {
+    let kind = FactoryKind::UpsertSink;
+    let (inputs, security) = collect(kind, params)?;
+    let sink = sink_from_inputs(kind, &inputs, security)?;
+    let (pk, pkk) = required(&inputs, "primary_key", kind)?;
+    let fields: Vec<String> = pk.split(',').map(|f| f.trim().to_owned()).collect();
+    if fields.iter().any(|f| f.is_empty()) {
+        return Err(ConnectorError::invalid(
+            pkk,
+            pk,
+            "a comma-separated list of JSON field names (no empty names)",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(dup) = fields.iter().find(|f| !seen.insert(f.as_str())) {
+        return Err(ConnectorError::invalid(
+            pkk,
+            pk,
+            format!("distinct JSON field names ({dup:?} is listed twice)"),
+        ));
+    }
+    Ok(UpsertOptions {
+        sink,
+        primary_key: fields,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn source_defaults_follow_the_spec() {
+        let o = parse_source(FactoryKind::TextSource, &p(&[("brokers", "h:1"), ("topic", "t")]), 0, 1).unwrap();
+        assert_eq!(o.group_id, "clink");
+        assert_eq!(o.client_id, "clink-source");
+        assert_eq!(o.auto_offset_reset, AutoOffsetReset::Earliest);
+        assert_eq!(o.batch_max_wait, Duration::from_millis(5));
+        assert_eq!(o.poll_timeout, Duration::from_millis(100));
+        assert_eq!(o.max_batch_size, 2048);
+        assert_eq!(o.partition_discovery_interval, Duration::from_secs(30));
+        assert_eq!(o.consumer_config().auto_offset_reset, None);
+    }
+
+    #[test]
+    fn sink_defaults_follow_the_spec() {
+        let o = parse_sink(FactoryKind::TextSink, &p(&[("brokers", "h:1"), ("topic", "t")])).unwrap();
+        assert_eq!(o.client_id, "clink-sink");
+        assert_eq!(o.acks, Acks::All);
+        assert_eq!(o.compression, Compression::None);
+        assert_eq!(o.linger, Duration::from_millis(5));
+        assert_eq!(o.produce_timeout, Duration::from_millis(30_000));
+        assert_eq!(o.flush_timeout, Duration::from_millis(30_000));
+        assert_eq!(o.fixed_partition, None);
+        assert!(o.producer_config().unwrap().idempotent);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("x", "250").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("x", "30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("x", "2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("x", "15ms").unwrap(), Duration::from_millis(15));
+        assert!(parse_duration("x", "-1").is_err());
+        assert!(parse_duration("x", "1h").is_err());
+        assert!(parse_duration("x", "99999999999s").is_err());
+    }
+
+    #[test]
+    fn passthrough_maps_onto_the_alias_and_scope_is_checked() {
+        let o = parse_sink(
+            FactoryKind::MessageSink,
+            &p(&[("brokers", "h:1"), ("topic", "t"), ("kafka.linger.ms", "7")]),
+        )
+        .unwrap();
+        assert_eq!(o.linger, Duration::from_millis(7));
+        let e = parse_sink(
+            FactoryKind::MessageSink,
+            &p(&[
+                ("brokers", "h:1"),
+                ("topic", "t"),
+                ("linger_ms", "5"),
+                ("kafka.linger.ms", "7"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ConnectorError::ConflictingOptions { .. }), "{e}");
+        let e = parse_sink(
+            FactoryKind::MessageSink,
+            &p(&[("brokers", "h:1"), ("topic", "t"), ("kafka.fetch.wait.max.ms", "7")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.option(), Some("kafka.fetch.wait.max.ms"), "{e}");
+    }
+}

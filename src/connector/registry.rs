@@ -1,0 +1,330 @@
+//! The factory registry: names → builders, and [`install`], which
+//! registers the Kafka factories of the spec.
+//!
+//! | name | builds |
+//! |---|---|
+//! | `kafka_message_source` | [`KafkaSource`] of [`KafkaMessage`] |
+//! | `kafka_text_source`, `kafka_source_string` | [`TextKafkaSource`] (one builder) |
+//! | `kafka_message_sink` | [`KafkaSink`] of [`KafkaMessage`] |
+//! | `kafka_text_sink`, `kafka_sink_string` | [`TextKafkaSink`] (one builder) |
+//! | `kafka_upsert_sink_string` | [`UpsertSink`] |
+//!
+//! `kafka_2pc_sink_string` is registered by the two-phase-commit sink when
+//! it lands; until then nothing answers to that name.
+//!
+//! Builders parse and validate every option (and refuse insecure or
+//! unsupported configurations) without touching the network: I/O starts at
+//! `open`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::error::{closest, ConnectorError, Result};
+use super::options::{self, FactoryKind};
+use super::record::{KafkaMessage, Text};
+use super::security::is_secret_option;
+use super::sink::{KafkaSink, TextKafkaSink};
+use super::source::{KafkaSource, TextKafkaSource};
+use super::upsert::UpsertSink;
+use super::{Sink, Source};
+
+/// What a builder reads: string parameters plus where the operator sits.
+#[derive(Clone)]
+pub struct BuildContext {
+    params: BTreeMap<String, String>,
+    subtask_index: u32,
+    parallelism: u32,
+}
+
+impl fmt::Debug for BuildContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Params<'a>(&'a BTreeMap<String, String>);
+        impl fmt::Debug for Params<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut m = f.debug_map();
+                for (k, v) in self.0 {
+                    if is_secret_option(k) {
+                        m.entry(k, &"***");
+                    } else {
+                        m.entry(k, v);
+                    }
+                }
+                m.finish()
+            }
+        }
+        f.debug_struct("BuildContext")
+            .field("params", &Params(&self.params))
+            .field("subtask_index", &self.subtask_index)
+            .field("parallelism", &self.parallelism)
+            .finish()
+    }
+}
+
+impl Default for BuildContext {
+    /// No parameters, a standalone operator (subtask 0 of 1).
+    fn default() -> Self {
+        BuildContext::new(std::iter::empty::<(String, String)>())
+    }
+}
+
+impl BuildContext {
+    /// Parameters for a standalone operator (subtask 0 of 1).
+    pub fn new<K: Into<String>, V: Into<String>>(params: impl IntoIterator<Item = (K, V)>) -> Self {
+        BuildContext {
+            params: params.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            subtask_index: 0,
+            parallelism: 1,
+        }
+    }
+
+    /// The same parameters for subtask `index` of `parallelism`.
+    pub fn with_subtask(mut self, index: u32, parallelism: u32) -> Self {
+        self.subtask_index = index;
+        self.parallelism = parallelism;
+        self
+    }
+
+    /// Sets one parameter.
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        self.params.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn params(&self) -> &BTreeMap<String, String> {
+        &self.params
+    }
+
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.params.get(key).map(String::as_str)
+    }
+
+    pub fn subtask_index(&self) -> u32 {
+        self.subtask_index
+    }
+
+    pub fn parallelism(&self) -> u32 {
+        self.parallelism
+    }
+}
+
+/// A built operator, by record shape.
+pub enum Operator {
+    MessageSource(Box<dyn Source<Item = KafkaMessage>>),
+    TextSource(Box<dyn Source<Item = Text>>),
+    MessageSink(Box<dyn Sink<Item = KafkaMessage>>),
+    TextSink(Box<dyn Sink<Item = Text>>),
+}
+
+impl fmt::Debug for Operator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.shape())
+    }
+}
+
+impl Operator {
+    /// "message source", "text sink", …
+    pub fn shape(&self) -> &'static str {
+        match self {
+            Operator::MessageSource(_) => "message source",
+            Operator::TextSource(_) => "text source",
+            Operator::MessageSink(_) => "message sink",
+            Operator::TextSink(_) => "text sink",
+        }
+    }
+
+    fn wrong(self, factory: &str, expected: &'static str) -> ConnectorError {
+        ConnectorError::WrongOperatorKind {
+            factory: factory.to_owned(),
+            expected,
+            actual: self.shape(),
+        }
+    }
+
+    pub fn into_message_source(self, factory: &str) -> Result<Box<dyn Source<Item = KafkaMessage>>> {
+        match self {
+            Operator::MessageSource(s) => Ok(s),
+            other => Err(other.wrong(factory, "message source")),
+        }
+    }
+
+    pub fn into_text_source(self, factory: &str) -> Result<Box<dyn Source<Item = Text>>> {
+        match self {
+            Operator::TextSource(s) => Ok(s),
+            other => Err(other.wrong(factory, "text source")),
+        }
+    }
+
+    pub fn into_message_sink(self, factory: &str) -> Result<Box<dyn Sink<Item = KafkaMessage>>> {
+        match self {
+            Operator::MessageSink(s) => Ok(s),
+            other => Err(other.wrong(factory, "message sink")),
+        }
+    }
+
+    pub fn into_text_sink(self, factory: &str) -> Result<Box<dyn Sink<Item = Text>>> {
+        match self {
+            Operator::TextSink(s) => Ok(s),
+            other => Err(other.wrong(factory, "text sink")),
+        }
+    }
+}
+
+/// A builder function.
+pub type BuildFn = fn(&BuildContext) -> Result<Operator>;
+
+/// One factory: what it builds and how. Aliases share the same `Arc`.
+#[derive(Debug)]
+pub struct Factory {
+    pub kind: FactoryKind,
+    build: BuildFn,
+}
+
+impl Factory {
+    pub fn new(kind: FactoryKind, build: BuildFn) -> Arc<Factory> {
+        Arc::new(Factory { kind, build })
+    }
+
+    pub fn build(&self, ctx: &BuildContext) -> Result<Operator> {
+        (self.build)(ctx)
+    }
+}
+
+/// Factories by name.
+#[derive(Debug, Default)]
+pub struct Registry {
+    factories: BTreeMap<String, Arc<Factory>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// Registers `factory` under `name`; a name is registered once.
+    pub fn register(&mut self, name: &str, factory: Arc<Factory>) -> Result<()> {
+        if self.factories.contains_key(name) {
+            return Err(ConnectorError::DuplicateFactory { name: name.to_owned() });
+        }
+        self.factories.insert(name.to_owned(), factory);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Factory>> {
+        self.factories.get(name).cloned()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+
+    /// Builds the operator `name` makes from `ctx`.
+    pub fn build(&self, name: &str, ctx: &BuildContext) -> Result<Operator> {
+        match self.factories.get(name) {
+            Some(f) => f.build(ctx),
+            None => Err(ConnectorError::UnknownFactory {
+                name: name.to_owned(),
+                suggestion: closest(name, self.names()).map(str::to_owned),
+            }),
+        }
+    }
+}
+
+fn build_message_source(ctx: &BuildContext) -> Result<Operator> {
+    let o = options::parse_source(
+        FactoryKind::MessageSource,
+        ctx.params(),
+        ctx.subtask_index(),
+        ctx.parallelism(),
+    )?;
+    Ok(Operator::MessageSource(Box::new(KafkaSource::new(o)?)))
+}
+
+fn build_text_source(ctx: &BuildContext) -> Result<Operator> {
+    let o = options::parse_source(
+        FactoryKind::TextSource,
+        ctx.params(),
+        ctx.subtask_index(),
+        ctx.parallelism(),
+    )?;
+    Ok(Operator::TextSource(Box::new(TextKafkaSource::new(KafkaSource::new(
+        o,
+    )?))))
+}
+
+fn build_message_sink(ctx: &BuildContext) -> Result<Operator> {
+    let o = options::parse_sink(FactoryKind::MessageSink, ctx.params())?;
+    Ok(Operator::MessageSink(Box::new(KafkaSink::new(o)?)))
+}
+
+fn build_text_sink(ctx: &BuildContext) -> Result<Operator> {
+    let o = options::parse_sink(FactoryKind::TextSink, ctx.params())?;
+    Ok(Operator::TextSink(Box::new(TextKafkaSink::new(KafkaSink::new(o)?))))
+}
+
+fn build_upsert_sink(ctx: &BuildContext) -> Result<Operator> {
+    let o = options::parse_upsert(ctx.params())?;
+    Ok(Operator::TextSink(Box::new(UpsertSink::new(o)?)))
+}
+
+/// The names [`install`] registers.
+pub const FACTORY_NAMES: &[&str] = &[
+    "kafka_message_source",
+    "kafka_text_source",
+    "kafka_source_string",
+    "kafka_message_sink",
+    "kafka_text_sink",
+    "kafka_sink_string",
+    "kafka_upsert_sink_string",
+];
+
+/// Registers the Kafka factories (spec: `clink::kafka::install(registry)`).
+pub fn install(registry: &mut Registry) -> Result<()> {
+    let message_source = Factory::new(FactoryKind::MessageSource, build_message_source);
+    let text_source = Factory::new(FactoryKind::TextSource, build_text_source);
+    let message_sink = Factory::new(FactoryKind::MessageSink, build_message_sink);
+    let text_sink = Factory::new(FactoryKind::TextSink, build_text_sink);
+    let upsert_sink = Factory::new(FactoryKind::UpsertSink, build_upsert_sink);
+    registry.register("kafka_message_source", message_source)?;
+    registry.register("kafka_text_source", text_source.clone())?;
+    registry.register("kafka_source_string", text_source)?;
+    registry.register("kafka_message_sink", message_sink)?;
+    registry.register("kafka_text_sink", text_sink.clone())?;
+    registry.register("kafka_sink_string", text_sink)?;
+    registry.register("kafka_upsert_sink_string", upsert_sink)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_share_one_builder_and_2pc_is_absent() {
+        let mut r = Registry::new();
+        install(&mut r).unwrap();
+        let names: Vec<&str> = r.names().collect();
+        let mut expected = FACTORY_NAMES.to_vec();
+        expected.sort();
+        assert_eq!(names, expected);
+        assert!(Arc::ptr_eq(
+            &r.get("kafka_text_source").unwrap(),
+            &r.get("kafka_source_string").unwrap()
+        ));
+        assert!(Arc::ptr_eq(
+            &r.get("kafka_text_sink").unwrap(),
+            &r.get("kafka_sink_string").unwrap()
+        ));
+        assert!(r.get("kafka_2pc_sink_string").is_none());
+        let e = r.build("kafka_2pc_sink_string", &BuildContext::default()).unwrap_err();
+        assert!(matches!(e, ConnectorError::UnknownFactory { .. }), "{e}");
+        assert!(install(&mut r).is_err(), "a second install is a duplicate");
+    }
+
+    #[test]
+    fn build_context_debug_hides_secrets() {
+        let ctx = BuildContext::new([("sasl_password", "canary-1"), ("kafka.ssl.key.password", "canary-2")]);
+        let d = format!("{ctx:?}");
+        assert!(!d.contains("canary"), "{d}");
+    }
+}

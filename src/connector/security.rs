@@ -1,0 +1,429 @@
+//! Security options (SASL, TLS) and their mapping onto the native client.
+//!
+//! The spec's aliases (`security_protocol`, `sasl_mechanism`, …) and their
+//! librdkafka property names through the `kafka.<property>` passthrough land
+//! in one [`SecurityInputs`] map; the checks run on that final map, so the
+//! passthrough cannot weaken what the aliases set up.
+//!
+//! Refused at build time, before a byte reaches a broker:
+//! - SASL credentials (or a mechanism) without a SASL protocol: with no
+//!   `security_protocol` the transport is plaintext, so the credentials
+//!   would never be presented and the connection would run unauthenticated;
+//! - a CA, client certificate, key or key password with a plaintext
+//!   transport, which would never use them.
+//!
+//! Deliberate plaintext stays available: it has to be named
+//! (`security_protocol = 'plaintext'`) only when nothing contradicts it.
+//! There is never a fallback from TLS to plaintext or from SCRAM to PLAIN.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clink_kafka_wire::sasl::SaslMechanism;
+use clink_kafka_wire::secret::Secret;
+
+use super::error::{ConnectorError, Result};
+use crate::client::ClientConfig;
+
+/// `security.protocol`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SecurityProtocol {
+    #[default]
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub const ALLOWED: &'static str = "one of plaintext, ssl, sasl_plaintext, sasl_ssl";
+
+    pub fn parse(option: &str, value: &str) -> Result<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "plaintext" => Ok(SecurityProtocol::Plaintext),
+            "ssl" => Ok(SecurityProtocol::Ssl),
+            "sasl_plaintext" => Ok(SecurityProtocol::SaslPlaintext),
+            "sasl_ssl" => Ok(SecurityProtocol::SaslSsl),
+            _ => Err(ConnectorError::invalid(option, value, Self::ALLOWED)),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "plaintext",
+            SecurityProtocol::Ssl => "ssl",
+            SecurityProtocol::SaslPlaintext => "sasl_plaintext",
+            SecurityProtocol::SaslSsl => "sasl_ssl",
+        }
+    }
+
+    pub fn is_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+}
+
+/// The SASL half: one mechanism, no fallback.
+#[derive(Clone, Debug)]
+pub struct SaslSettings {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    /// Prints as `***`.
+    pub password: Secret,
+}
+
+/// The TLS half, parsed and validated; the native mapping refuses it until
+/// the client speaks TLS.
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    pub ca_location: Option<PathBuf>,
+    pub certificate_location: Option<PathBuf>,
+    pub key_location: Option<PathBuf>,
+    /// Prints as `***`.
+    pub key_password: Option<Secret>,
+    /// `ssl.endpoint.identification.algorithm = https` (the default).
+    pub verify_hostname: bool,
+    /// `enable.ssl.certificate.verification` (default true).
+    pub verify_certificate: bool,
+}
+
+/// The validated security configuration of one connector.
+#[derive(Clone, Debug, Default)]
+pub struct SecurityConfig {
+    pub protocol: SecurityProtocol,
+    pub sasl: Option<SaslSettings>,
+    pub tls: Option<TlsSettings>,
+}
+
+/// The security settings as given: canonical option name → (value, the key
+/// the user wrote: the alias or the `kafka.<property>`).
+#[derive(Clone, Default)]
+pub struct SecurityInputs {
+    values: BTreeMap<&'static str, (String, String)>,
+}
+
+impl std::fmt::Debug for SecurityInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        for (k, (v, _)) in &self.values {
+            if is_secret_option(k) {
+                m.entry(k, &"***");
+            } else {
+                m.entry(k, v);
+            }
+        }
+        m.finish()
+    }
+}
+
+/// The canonical security option names (the spec's aliases).
+pub const SECURITY_OPTIONS: &[&str] = &[
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_ca_location",
+    "ssl_certificate_location",
+    "ssl_key_location",
+    "ssl_key_password",
+    "ssl_endpoint_identification_algorithm",
+    "enable_ssl_certificate_verification",
+];
+
+/// librdkafka property → the alias it is the same setting as.
+pub fn alias_of_property(property: &str) -> Option<&'static str> {
+    Some(match property {
+        "security.protocol" => "security_protocol",
+        "sasl.mechanism" | "sasl.mechanisms" => "sasl_mechanism",
+        "sasl.username" => "sasl_username",
+        "sasl.password" => "sasl_password",
+        "ssl.ca.location" => "ssl_ca_location",
+        "ssl.certificate.location" => "ssl_certificate_location",
+        "ssl.key.location" => "ssl_key_location",
+        "ssl.key.password" => "ssl_key_password",
+        "ssl.endpoint.identification.algorithm" => "ssl_endpoint_identification_algorithm",
+        "enable.ssl.certificate.verification" => "enable_ssl_certificate_verification",
+        _ => return None,
+    })
+}
+
+/// Whether an option or property holds a secret whose value must never be
+/// echoed (errors, logs, Debug).
+pub fn is_secret_option(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("password")
+        || k.contains("secret")
+        || k.contains("jaas")
+        || k.contains("token")
+        || k.ends_with("key.pem")
+}
+
+impl SecurityInputs {
+    /// Records `canonical = value`, written by the user as `written`. The
+    /// same setting given twice (alias and passthrough) must agree.
+    pub fn set(&mut self, canonical: &'static str, value: &str, written: &str) -> Result<()> {
+        if let Some((old, old_key)) = self.values.get(canonical) {
+            if old != value {
+                return Err(ConnectorError::ConflictingOptions {
+                    message: format!("{old_key:?} and {written:?} set the same setting to different values"),
+                });
+            }
+            return Ok(());
+        }
+        self.values.insert(canonical, (value.to_owned(), written.to_owned()));
+        Ok(())
+    }
+
+    fn get(&self, canonical: &str) -> Option<(&str, &str)> {
+        self.values.get(canonical).map(|(v, k)| (v.as_str(), k.as_str()))
+    }
+
+    /// Validates the final map.
+    pub fn resolve(&self) -> Result<SecurityConfig> {
+        let protocol = match self.get("security_protocol") {
+            Some((v, k)) => SecurityProtocol::parse(k, v)?,
+            None => SecurityProtocol::Plaintext,
+        };
+        let protocol_hint = if self.get("security_protocol").is_some() {
+            format!("security_protocol is '{}'", protocol.name())
+        } else {
+            "security_protocol is not set (so the transport is plaintext)".to_owned()
+        };
+
+        // Credentials without SASL would be configured and never presented.
+        if !protocol.is_sasl() {
+            for name in ["sasl_username", "sasl_password", "sasl_mechanism"] {
+                if let Some((_, written)) = self.get(name) {
+                    return Err(ConnectorError::InsecureConfig {
+                        option: written.to_owned(),
+                        message: format!(
+                            "is set but {protocol_hint}: it would never be presented and the connection \
+                             would be unauthenticated; set security_protocol to 'sasl_plaintext' or 'sasl_ssl'"
+                        ),
+                    });
+                }
+            }
+        }
+        // TLS material without TLS would never be used.
+        if !protocol.is_tls() {
+            for name in [
+                "ssl_ca_location",
+                "ssl_certificate_location",
+                "ssl_key_location",
+                "ssl_key_password",
+            ] {
+                if let Some((_, written)) = self.get(name) {
+                    return Err(ConnectorError::InsecureConfig {
+                        option: written.to_owned(),
+                        message: format!(
+                            "is set but {protocol_hint}: a plaintext transport never uses it; set \
+                             security_protocol to 'ssl' or 'sasl_ssl'"
+                        ),
+                    });
+                }
+            }
+        }
+
+        let verify_hostname = match self.get("ssl_endpoint_identification_algorithm") {
+            None => true,
+            Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+                "https" => true,
+                "none" => false,
+                _ => return Err(ConnectorError::invalid(k, v, "one of https, none")),
+            },
+        };
+        let verify_certificate = match self.get("enable_ssl_certificate_verification") {
+            None => true,
+            Some((v, k)) => super::options::parse_bool(k, v)?,
+        };
+
+        let sasl = if protocol.is_sasl() {
+            let Some((mech, mech_key)) = self.get("sasl_mechanism") else {
+                return Err(ConnectorError::InvalidOption {
+                    option: "sasl_mechanism".into(),
+                    value: String::new(),
+                    expected: format!(
+                        "a mechanism with security_protocol '{}': one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+                        protocol.name()
+                    ),
+                });
+            };
+            let mechanism = parse_mechanism(mech_key, mech)?;
+            let username = match self.get("sasl_username") {
+                Some((v, _)) if !v.is_empty() => v.to_owned(),
+                _ => {
+                    return Err(ConnectorError::MissingOption {
+                        option: "sasl_username",
+                        factory: "a SASL security_protocol",
+                    })
+                }
+            };
+            let password = match self.get("sasl_password") {
+                Some((v, _)) if !v.is_empty() => Secret::new(v),
+                _ => {
+                    return Err(ConnectorError::MissingOption {
+                        option: "sasl_password",
+                        factory: "a SASL security_protocol",
+                    })
+                }
+            };
+            Some(SaslSettings {
+                mechanism,
+                username,
+                password,
+            })
+        } else {
+            None
+        };
+
+        let tls = if protocol.is_tls() {
+            let path = |name: &str| self.get(name).map(|(v, _)| PathBuf::from(v));
+            let tls = TlsSettings {
+                ca_location: path("ssl_ca_location"),
+                certificate_location: path("ssl_certificate_location"),
+                key_location: path("ssl_key_location"),
+                key_password: self.get("ssl_key_password").map(|(v, _)| Secret::new(v)),
+                verify_hostname,
+                verify_certificate,
+            };
+            match (&tls.certificate_location, &tls.key_location) {
+                (Some(_), None) => {
+                    return Err(ConnectorError::ConflictingOptions {
+                        message: "ssl_certificate_location is set without ssl_key_location (mTLS needs both)".into(),
+                    })
+                }
+                (None, Some(_)) => {
+                    return Err(ConnectorError::ConflictingOptions {
+                        message: "ssl_key_location is set without ssl_certificate_location (mTLS needs both)".into(),
+                    })
+                }
+                _ => {}
+            }
+            if tls.key_password.is_some() && tls.key_location.is_none() {
+                return Err(ConnectorError::ConflictingOptions {
+                    message: "ssl_key_password is set without ssl_key_location".into(),
+                });
+            }
+            if !verify_certificate {
+                tracing::warn!(
+                    "enable_ssl_certificate_verification=false: the broker certificate is not verified (testing only)"
+                );
+            }
+            Some(tls)
+        } else {
+            None
+        };
+
+        Ok(SecurityConfig { protocol, sasl, tls })
+    }
+}
+
+fn parse_mechanism(option: &str, value: &str) -> Result<SaslMechanism> {
+    match value.trim().to_ascii_uppercase().as_str() {
+        "PLAIN" => Ok(SaslMechanism::Plain),
+        "SCRAM-SHA-256" => Ok(SaslMechanism::ScramSha256),
+        "SCRAM-SHA-512" => Ok(SaslMechanism::ScramSha512),
+        "GSSAPI" | "OAUTHBEARER" => Err(ConnectorError::UnsupportedProperty {
+            property: option.to_owned(),
+            reason: format!(
+                "SASL mechanism {} is not implemented by the native client; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                value.trim()
+            ),
+        }),
+        _ => Err(ConnectorError::invalid(
+            option,
+            value,
+            "one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not implemented)",
+        )),
+    }
+}
+
+impl SecurityConfig {
+    /// Applies this configuration to the native client's config: SASL now;
+    /// TLS is refused until the client speaks it (never downgraded).
+    pub fn apply_to(&self, config: &mut ClientConfig) -> Result<()> {
+        if self.protocol.is_tls() {
+            return Err(ConnectorError::TlsUnavailable {
+                option: format!("security_protocol={}", self.protocol.name()),
+            });
+        }
+        config.sasl = self.sasl.as_ref().map(|s| crate::client::SaslConfig {
+            mechanism: s.mechanism,
+            username: s.username.clone(),
+            password: s.password.clone(),
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(pairs: &[(&'static str, &str)]) -> SecurityInputs {
+        let mut s = SecurityInputs::default();
+        for (k, v) in pairs {
+            s.set(k, v, k).unwrap();
+        }
+        s
+    }
+
+    #[test]
+    fn sasl_maps_onto_the_client_and_hides_the_password() {
+        let s = inputs(&[
+            ("security_protocol", "SASL_PLAINTEXT"),
+            ("sasl_mechanism", "scram-sha-512"),
+            ("sasl_username", "alice"),
+            ("sasl_password", "canary-pw"),
+        ]);
+        assert!(!format!("{s:?}").contains("canary-pw"));
+        let c = s.resolve().unwrap();
+        assert!(!format!("{c:?}").contains("canary-pw"));
+        let mut cfg = ClientConfig::new("h:1");
+        c.apply_to(&mut cfg).unwrap();
+        let sasl = cfg.sasl.unwrap();
+        assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
+        assert_eq!(sasl.password.expose(), "canary-pw");
+    }
+
+    #[test]
+    fn refusals() {
+        let e = inputs(&[("sasl_username", "a"), ("sasl_password", "p")])
+            .resolve()
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConnectorError::InsecureConfig { option, .. } if option == "sasl_username"),
+            "{e}"
+        );
+        let e = inputs(&[("security_protocol", "plaintext"), ("ssl_ca_location", "/ca.pem")])
+            .resolve()
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConnectorError::InsecureConfig { option, .. } if option == "ssl_ca_location"),
+            "{e}"
+        );
+        let e = inputs(&[("security_protocol", "sasl_plaintext"), ("sasl_mechanism", "GSSAPI")])
+            .resolve()
+            .unwrap_err();
+        assert!(matches!(e, ConnectorError::UnsupportedProperty { .. }), "{e}");
+        let tls = inputs(&[("security_protocol", "ssl"), ("ssl_ca_location", "/ca.pem")])
+            .resolve()
+            .unwrap();
+        let e = tls.apply_to(&mut ClientConfig::default()).unwrap_err();
+        assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
+    }
+
+    #[test]
+    fn alias_and_passthrough_must_agree() {
+        let mut s = SecurityInputs::default();
+        s.set("security_protocol", "sasl_plaintext", "security_protocol")
+            .unwrap();
+        let e = s
+            .set("security_protocol", "plaintext", "kafka.security.protocol")
+            .unwrap_err();
+        assert!(e.to_string().contains("kafka.security.protocol"), "{e}");
+    }
+}

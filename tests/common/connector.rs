@@ -1,0 +1,77 @@
+//! Helpers for the connector tests: producing fixture records, build
+//! parameters, and capturing `tracing` output to check it for secrets.
+
+use std::time::Duration;
+
+use clink_kafka::client::Cluster;
+
+/// Produces `values` to `topic` (to `partition`, or spread), flushed.
+pub async fn produce_values(cluster: &Cluster, topic: &str, partition: Option<i32>, values: &[String]) {
+    use clink_kafka::client::{Producer, ProducerConfig, ProducerRecord};
+    let producer = Producer::new(cluster.clone(), ProducerConfig::default())
+        .await
+        .expect("producer");
+    for v in values {
+        let mut r = ProducerRecord::new(topic, v.clone());
+        r.partition = partition;
+        producer.send(r).await.expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).await.expect("flush");
+}
+
+/// Connector build parameters: `brokers`, `topic`, then `extra`.
+pub fn connector_params(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut p = vec![
+        ("brokers".to_owned(), brokers.to_owned()),
+        ("topic".to_owned(), topic.to_owned()),
+    ];
+    p.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    p
+}
+
+/// A `tracing` writer into a shared buffer, for tests that inspect logs.
+#[derive(Clone, Default)]
+pub struct LogBuffer(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    pub fn contents(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> LogBuffer {
+        self.clone()
+    }
+}
+
+/// Captures every event (TRACE and up) of this test binary into one
+/// shared buffer, from the first call on. Global rather than per-thread:
+/// tracing caches callsite interest process-wide, and a scoped subscriber
+/// misses events whose callsites other threads registered first.
+pub fn capture_logs() -> LogBuffer {
+    static BUFFER: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
+    BUFFER
+        .get_or_init(|| {
+            let buffer = LogBuffer::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::TRACE)
+                .with_ansi(false)
+                .with_writer(buffer.clone())
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+            buffer
+        })
+        .clone()
+}

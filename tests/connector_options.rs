@@ -1,0 +1,434 @@
+//! Option validation: each bad value gets its own error naming the option;
+//! unknown options get a suggestion; each security refusal (also through
+//! the `kafka.<property>` passthrough); unsupported passthrough properties
+//! are named. The passthrough's SASL mapping is shown against the real
+//! SASL listener.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use clink_kafka::client::NewTopic;
+use clink_kafka::connector::options::{parse_sink, parse_source, parse_upsert, FactoryKind};
+use clink_kafka::connector::{install, BuildContext, ConnectorError, Registry};
+
+const ALL: [FactoryKind; 5] = [
+    FactoryKind::MessageSource,
+    FactoryKind::TextSource,
+    FactoryKind::MessageSink,
+    FactoryKind::TextSink,
+    FactoryKind::UpsertSink,
+];
+
+fn params(kind: FactoryKind, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut p: BTreeMap<String, String> = [("brokers", "127.0.0.1:9092"), ("topic", "t")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if kind == FactoryKind::UpsertSink {
+        p.insert("primary_key".into(), "id".into());
+    }
+    for (k, v) in extra {
+        p.insert(k.to_string(), v.to_string());
+    }
+    p
+}
+
+/// Parses (and maps onto the native client, as a build does).
+fn check(kind: FactoryKind, extra: &[(&str, &str)]) -> Result<(), ConnectorError> {
+    let p = params(kind, extra);
+    match kind {
+        FactoryKind::MessageSource | FactoryKind::TextSource => parse_source(kind, &p, 0, 1)?.client_config().map(drop),
+        FactoryKind::UpsertSink => parse_upsert(&p)?.sink.client_config().map(drop),
+        _ => parse_sink(kind, &p)?.client_config().map(drop),
+    }
+}
+
+#[test]
+fn each_bad_value_gives_its_own_named_error() {
+    use FactoryKind::*;
+    let sasl = [("security_protocol", "sasl_plaintext")];
+    /// (factory, option, bad value, other options it needs).
+    type Case<'a> = (FactoryKind, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: &[Case] = &[
+        (MessageSource, "auto_offset_reset", "sometimes", &[]),
+        (MessageSource, "batch_max_wait_ms", "-1", &[]),
+        (TextSource, "batch_max_wait_ms", "five", &[]),
+        (MessageSource, "poll_timeout", "0", &[]),
+        (MessageSource, "max_batch_size", "0", &[]),
+        (MessageSource, "partition_discovery_interval", "soon", &[]),
+        (MessageSource, "commit_mode", "auto", &[]),
+        (MessageSource, "enable_debug", "yes", &[]),
+        (TextSource, "decode_error", "ignore", &[]),
+        (MessageSource, "group_id", " ", &[]),
+        (MessageSink, "client_id", "", &[]),
+        (MessageSource, "brokers", "no-port-here", &[]),
+        (MessageSink, "topic", "bad topic!", &[]),
+        (MessageSink, "acks", "2", &[]),
+        (TextSink, "compression", "brotli", &[]),
+        (MessageSink, "linger_ms", "-5", &[]),
+        (UpsertSink, "linger_ms", "1.5", &[]),
+        (MessageSink, "produce_timeout", "0", &[]),
+        (MessageSink, "flush_timeout", "later", &[]),
+        (MessageSink, "fixed_partition", "-1", &[]),
+        (TextSink, "format", "xml", &[]),
+        (MessageSink, "metric_prefix", "", &[]),
+        (UpsertSink, "primary_key", "a,,b", &[]),
+        (MessageSource, "security_protocol", "tls", &[]),
+        (MessageSource, "sasl_mechanism", "MD5", &sasl),
+        (MessageSink, "ssl_endpoint_identification_algorithm", "dns", &[]),
+        (MessageSink, "enable_ssl_certificate_verification", "maybe", &[]),
+        (MessageSource, "kafka.fetch.wait.max.ms", "soon", &[]),
+        (MessageSource, "kafka.isolation.level", "dirty", &[]),
+        (MessageSource, "kafka.enable.auto.commit", "true", &[]),
+        (MessageSource, "kafka.auto.offset.reset", "whenever", &[]),
+        (MessageSink, "kafka.linger.ms", "x", &[]),
+        (MessageSink, "kafka.compression.codec", "brotli", &[]),
+        (MessageSink, "kafka.message.timeout.ms", "-1", &[]),
+    ];
+    let mut named = std::collections::BTreeSet::new();
+    for (kind, option, value, extra) in cases {
+        let mut all = extra.to_vec();
+        all.push((option, value));
+        let e = check(*kind, &all).expect_err(&format!("{option}={value:?} must be refused"));
+        match &e {
+            ConnectorError::InvalidOption {
+                option: o, expected, ..
+            } => {
+                assert_eq!(o, option, "{e}");
+                assert!(!expected.is_empty(), "{e}");
+            }
+            other => panic!("{option}={value:?}: expected InvalidOption, got {other:?}"),
+        }
+        assert!(e.to_string().contains(option), "the message names {option}: {e}");
+        named.insert(*option);
+    }
+    assert_eq!(named.len(), cases.len() - 2, "distinct options (two are tried twice)");
+    // linger_ms says what it wants.
+    let e = check(FactoryKind::MessageSink, &[("linger_ms", "-5")]).unwrap_err();
+    assert!(e.to_string().contains("non-negative integer"), "{e}");
+}
+
+#[test]
+fn unknown_options_are_refused_with_a_suggestion() {
+    let e = check(FactoryKind::MessageSource, &[("borkers", "x")]).unwrap_err();
+    match e {
+        ConnectorError::UnknownOption {
+            option,
+            suggestion,
+            factory,
+        } => {
+            assert_eq!(
+                (option.as_str(), suggestion, factory),
+                ("borkers", Some("brokers"), "kafka_message_source")
+            );
+        }
+        other => panic!("{other}"),
+    }
+    let e = check(FactoryKind::MessageSink, &[("linger_mss", "5")]).unwrap_err();
+    assert!(e.to_string().contains("did you mean \"linger_ms\""), "{e}");
+    let e = check(FactoryKind::TextSource, &[("auto_offset_rest", "earliest")]).unwrap_err();
+    assert!(e.to_string().contains("\"auto_offset_reset\""), "{e}");
+    let e = check(FactoryKind::MessageSink, &[("qwertyuiop", "1")]).unwrap_err();
+    assert!(
+        matches!(e, ConnectorError::UnknownOption { suggestion: None, .. }),
+        "{e}"
+    );
+    // Another factory's option is unknown here.
+    let e = check(FactoryKind::MessageSink, &[("group_id", "g")]).unwrap_err();
+    assert!(matches!(e, ConnectorError::UnknownOption { .. }), "{e}");
+    let e = check(FactoryKind::TextSink, &[("primary_key", "id")]).unwrap_err();
+    assert!(matches!(e, ConnectorError::UnknownOption { .. }), "{e}");
+    let e = check(FactoryKind::MessageSource, &[("format", "json")]).unwrap_err();
+    assert!(
+        matches!(e, ConnectorError::UnknownOption { .. }),
+        "format is a string-channel option: {e}"
+    );
+    // The registry suggests factory names the same way.
+    let mut r = Registry::new();
+    install(&mut r).unwrap();
+    let e = r.build("kafka_sink_strng", &BuildContext::default()).unwrap_err();
+    assert!(e.to_string().contains("kafka_sink_string"), "{e}");
+}
+
+#[test]
+fn required_options() {
+    for (kind, missing) in [
+        (FactoryKind::MessageSource, "brokers"),
+        (FactoryKind::TextSink, "topic"),
+        (FactoryKind::UpsertSink, "primary_key"),
+    ] {
+        let mut p = params(kind, &[]);
+        p.remove(missing);
+        let e = match kind {
+            FactoryKind::MessageSource => parse_source(kind, &p, 0, 1).map(drop),
+            FactoryKind::UpsertSink => parse_upsert(&p).map(drop),
+            _ => parse_sink(kind, &p).map(drop),
+        }
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConnectorError::MissingOption { option, .. } if *option == missing),
+            "{e}"
+        );
+    }
+    let e = parse_source(
+        FactoryKind::MessageSource,
+        &params(FactoryKind::MessageSource, &[]),
+        3,
+        3,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("subtask_index"), "{e}");
+}
+
+fn refused_option(e: &ConnectorError) -> &str {
+    match e {
+        ConnectorError::InsecureConfig { option, .. } => option,
+        other => panic!("expected InsecureConfig, got {other:?}: {other}"),
+    }
+}
+
+#[test]
+fn credentials_without_a_sasl_protocol_are_refused() {
+    for kind in ALL {
+        let e = check(kind, &[("sasl_username", "alice"), ("sasl_password", "pw-1")]).unwrap_err();
+        assert_eq!(refused_option(&e), "sasl_username");
+        assert!(e.to_string().contains("sasl_plaintext"), "names the fix: {e}");
+        assert!(!e.to_string().contains("pw-1"));
+        // Named plaintext is no better.
+        let e = check(kind, &[("security_protocol", "plaintext"), ("sasl_password", "pw-1")]).unwrap_err();
+        assert_eq!(refused_option(&e), "sasl_password");
+        // Through the passthrough.
+        let e = check(
+            kind,
+            &[("kafka.sasl.username", "alice"), ("kafka.sasl.password", "pw-1")],
+        )
+        .unwrap_err();
+        assert_eq!(refused_option(&e), "kafka.sasl.username");
+        let e = check(kind, &[("security_protocol", "ssl"), ("kafka.sasl.password", "pw-1")]).unwrap_err();
+        assert_eq!(refused_option(&e), "kafka.sasl.password");
+        let e = check(kind, &[("sasl_mechanism", "PLAIN")]).unwrap_err();
+        assert_eq!(refused_option(&e), "sasl_mechanism");
+    }
+    // The passthrough cannot weaken what the alias set up.
+    let e = check(
+        FactoryKind::MessageSink,
+        &[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "PLAIN"),
+            ("sasl_username", "alice"),
+            ("sasl_password", "pw-1"),
+            ("kafka.security.protocol", "plaintext"),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(e, ConnectorError::ConflictingOptions { .. }), "{e}");
+    assert!(e.to_string().contains("kafka.security.protocol"), "{e}");
+    // Two passwords that differ: named by key, never by value.
+    let e = check(
+        FactoryKind::MessageSink,
+        &[("sasl_password", "pw-1"), ("kafka.sasl.password", "pw-2")],
+    )
+    .unwrap_err();
+    assert!(
+        !e.to_string().contains("pw-1") && !e.to_string().contains("pw-2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tls_material_on_a_plaintext_transport_is_refused() {
+    for kind in ALL {
+        for (option, value) in [
+            ("ssl_ca_location", "/ca.pem"),
+            ("ssl_certificate_location", "/client.pem"),
+            ("ssl_key_location", "/client.key"),
+            ("ssl_key_password", "kpw"),
+            ("kafka.ssl.ca.location", "/ca.pem"),
+            ("kafka.ssl.certificate.location", "/client.pem"),
+        ] {
+            let e = check(kind, &[(option, value)]).unwrap_err();
+            assert_eq!(refused_option(&e), option);
+            assert!(e.to_string().contains("'ssl' or 'sasl_ssl'"), "{e}");
+            let e = check(
+                kind,
+                &[
+                    ("security_protocol", "sasl_plaintext"),
+                    ("sasl_mechanism", "PLAIN"),
+                    ("sasl_username", "u"),
+                    ("sasl_password", "p"),
+                    (option, value),
+                ],
+            )
+            .unwrap_err();
+            assert_eq!(refused_option(&e), option);
+        }
+    }
+}
+
+#[test]
+fn tls_is_validated_then_refused_by_the_native_mapping() {
+    for protocol in ["ssl", "sasl_ssl", "SSL"] {
+        let mut extra = vec![("security_protocol", protocol), ("ssl_ca_location", "/ca.pem")];
+        if protocol == "sasl_ssl" {
+            extra.extend([
+                ("sasl_mechanism", "SCRAM-SHA-256"),
+                ("sasl_username", "u"),
+                ("sasl_password", "p"),
+            ]);
+        }
+        let e = check(FactoryKind::MessageSource, &extra).unwrap_err();
+        assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
+        assert!(e.to_string().contains("TLS not available in this build yet"), "{e}");
+    }
+    // mTLS needs both halves; checked before the native mapping.
+    let e = check(
+        FactoryKind::MessageSink,
+        &[("security_protocol", "ssl"), ("ssl_certificate_location", "/c.pem")],
+    )
+    .unwrap_err();
+    assert!(matches!(e, ConnectorError::ConflictingOptions { .. }), "{e}");
+    // The registry refuses at build time, before any I/O.
+    let mut r = Registry::new();
+    install(&mut r).unwrap();
+    let ctx = BuildContext::new([("brokers", "127.0.0.1:1"), ("topic", "t"), ("security_protocol", "ssl")]);
+    let e = r.build("kafka_text_source", &ctx).unwrap_err();
+    assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
+}
+
+#[test]
+fn sasl_needs_a_mechanism_and_credentials() {
+    let e = check(FactoryKind::MessageSource, &[("security_protocol", "sasl_plaintext")]).unwrap_err();
+    assert_eq!(e.option(), Some("sasl_mechanism"), "{e}");
+    let e = check(
+        FactoryKind::MessageSource,
+        &[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "PLAIN"),
+            ("sasl_username", "u"),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ConnectorError::MissingOption {
+                option: "sasl_password",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    for mechanism in ["GSSAPI", "OAUTHBEARER"] {
+        let e = check(
+            FactoryKind::MessageSource,
+            &[
+                ("security_protocol", "sasl_plaintext"),
+                ("sasl_mechanism", mechanism),
+                ("sasl_username", "u"),
+                ("sasl_password", "p"),
+            ],
+        )
+        .unwrap_err();
+        assert!(matches!(e, ConnectorError::UnsupportedProperty { .. }), "{e}");
+    }
+}
+
+#[test]
+fn unsupported_passthrough_properties_are_named() {
+    for (kind, property) in [
+        (FactoryKind::MessageSource, "kafka.client.rack"),
+        (FactoryKind::MessageSource, "kafka.ssl.keystore.location"),
+        (FactoryKind::MessageSource, "kafka.sasl.kerberos.service.name"),
+        (FactoryKind::MessageSource, "kafka.session.timeout.ms"),
+        (FactoryKind::MessageSink, "kafka.transactional.id"),
+        (FactoryKind::MessageSink, "kafka.no.such.property"),
+        (FactoryKind::MessageSink, "kafka.fetch.wait.max.ms"),
+        (FactoryKind::MessageSource, "kafka.linger.ms"),
+    ] {
+        let e = check(kind, &[(property, "1")]).unwrap_err();
+        assert!(
+            matches!(&e, ConnectorError::UnsupportedProperty { property: p, .. } if p == property),
+            "{property}: {e}"
+        );
+        assert!(e.to_string().contains(property), "{e}");
+    }
+    // Supported ones map onto the native client.
+    let p = params(
+        FactoryKind::MessageSource,
+        &[
+            ("kafka.fetch.wait.max.ms", "50"),
+            ("kafka.isolation.level", "read_committed"),
+            ("kafka.socket.timeout.ms", "12000"),
+            ("kafka.client.id", "from-passthrough"),
+            ("kafka.enable.auto.commit", "false"),
+        ],
+    );
+    let o = parse_source(FactoryKind::MessageSource, &p, 0, 1).unwrap();
+    let c = o.consumer_config();
+    assert_eq!(c.max_wait, std::time::Duration::from_millis(50));
+    assert_eq!(c.isolation, clink_kafka::client::IsolationLevel::ReadCommitted);
+    let cc = o.client_config().unwrap();
+    assert_eq!(cc.request_timeout, std::time::Duration::from_millis(12000));
+    assert_eq!(cc.client_id, "from-passthrough");
+    let p = params(
+        FactoryKind::MessageSink,
+        &[
+            ("kafka.compression.type", "zstd"),
+            ("kafka.acks", "1"),
+            ("kafka.batch.size", "1000"),
+        ],
+    );
+    let o = parse_sink(FactoryKind::MessageSink, &p).unwrap();
+    let pc = o.producer_config().unwrap();
+    assert_eq!(pc.compression, clink_kafka::wire::compression::Compression::Zstd);
+    assert_eq!(pc.acks, clink_kafka::client::Acks::Leader);
+    assert!(!pc.idempotent, "acks=1 turns idempotence off");
+    assert_eq!(pc.batch_size, 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_through_the_passthrough_authenticates() {
+    let (Some(brokers), Some(sasl)) = (common::brokers(), common::sasl()) else {
+        return;
+    };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("conn-sasl-pass");
+    common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
+    let mut registry = Registry::new();
+    install(&mut registry).unwrap();
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let ctx = BuildContext::new([
+            ("brokers", sasl.brokers.as_str()),
+            ("topic", topic.as_str()),
+            ("kafka.security.protocol", "SASL_PLAINTEXT"),
+            ("kafka.sasl.mechanisms", mechanism),
+            ("kafka.sasl.username", sasl.username.as_str()),
+            ("kafka.sasl.password", sasl.password.as_str()),
+        ]);
+        let mut s = registry
+            .build("kafka_message_source", &ctx)
+            .unwrap()
+            .into_message_source("kafka_message_source")
+            .unwrap();
+        s.open().await.unwrap_or_else(|e| panic!("{mechanism}: {e}"));
+        assert_eq!(s.snapshot().len(), 1);
+        s.close().await.unwrap();
+    }
+    // A wrong password is refused by the broker, not worked around.
+    let ctx = BuildContext::new([
+        ("brokers", sasl.brokers.as_str()),
+        ("topic", topic.as_str()),
+        ("security_protocol", "sasl_plaintext"),
+        ("sasl_mechanism", "SCRAM-SHA-256"),
+        ("sasl_username", sasl.username.as_str()),
+        ("sasl_password", "not-the-password"),
+    ]);
+    let mut s = registry
+        .build("kafka_message_source", &ctx)
+        .unwrap()
+        .into_message_source("kafka_message_source")
+        .unwrap();
+    let e = s.open().await.unwrap_err();
+    assert!(e.to_string().contains("SCRAM-SHA-256"), "{e}");
+}
