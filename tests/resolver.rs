@@ -29,7 +29,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
@@ -487,30 +487,35 @@ async fn resolution_over_scram_sha_256_and_512() {
     }
 }
 
-/// A listener that counts the connections it accepts.
-fn counting_listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+/// A plaintext listener standing ready at the resolver's address: counts
+/// connections and keeps the first bytes each one sent.
+fn plaintext_catcher() -> (String, std::sync::Arc<Mutex<Vec<Vec<u8>>>>) {
+    use std::io::Read;
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let c = count.clone();
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
     std::thread::spawn(move || {
-        for s in l.incoming() {
-            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            drop(s);
+        for conn in l.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 16];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            s.lock().unwrap().push(buf[..n].to_vec());
         }
     });
-    (addr, count)
+    (addr, seen)
 }
 
 #[test]
-fn refusals_happen_before_any_connection() {
+fn refusals_happen_before_any_connection_and_tls_never_falls_back() {
     let handle = ResumeHandle {
         transactional_id: "t".into(),
         producer_id: 1,
         producer_epoch: 0,
         transaction_version: TransactionVersion::V2,
     };
-    let (addr, accepted) = counting_listener();
+    let (addr, seen) = plaintext_catcher();
     // An unknown mechanism.
     let (code, out) = cli_resolve(
         &addr,
@@ -528,17 +533,119 @@ fn refusals_happen_before_any_connection() {
         "{out}"
     );
     assert!(!out.contains("alice-secret"), "{out}");
-    // TLS requested: refused, and the plaintext listener at that address is never contacted.
-    let ca = std::env::var("CLINK_KAFKA_TLS_CA").unwrap_or_else(|_| "/nonexistent/ca.pem".into());
-    let (code, out) = cli_resolve(&addr, &handle, "--commit", &[("CLINK_KAFKA_RESUME_TLS_CA", &ca)]);
-    assert_eq!(code, 1, "{out}");
-    assert!(out.contains("no plaintext fallback"), "{out}");
+    // An unusable CA: missing, and not a certificate.
+    let junk = std::env::temp_dir().join(format!("clink-junk-ca-{}.pem", std::process::id()));
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    for ca in ["/nonexistent/ca.pem", junk.to_str().unwrap()] {
+        let (code, out) = cli_resolve(&addr, &handle, "--commit", &[("CLINK_KAFKA_RESUME_TLS_CA", ca)]);
+        assert_eq!(code, 1, "{ca}: {out}");
+        assert!(out.contains("CLINK_KAFKA_RESUME_TLS_CA"), "{ca}: {out}");
+    }
+    let _ = std::fs::remove_file(&junk);
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(
-        accepted.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "a connection was made"
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "a connection was made: {:?}",
+        seen.lock().unwrap()
     );
+
+    // A usable CA, and a plaintext listener at the address: the resolver
+    // speaks TLS to it (a handshake record), never a plaintext Kafka request,
+    // and reports the failure as transport (unreachable), not a verdict.
+    let Ok(ca) = std::env::var("CLINK_KAFKA_TLS_CA") else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI=true but CLINK_KAFKA_TLS_CA is not set"
+        );
+        return;
+    };
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "txn",
+        "resolve",
+        "--brokers",
+        &addr,
+        "--handle",
+        &handle.to_string(),
+        "--commit",
+    ])
+    .args(["--unreachable-after-ms", "2000"])
+    .env("CLINK_KAFKA_RESUME_TLS_CA", &ca)
+    .env_remove("CLINK_KAFKA_RESUME_SASL_MECHANISM");
+    let out = run_bounded(&mut cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(20), "{}", String::from_utf8_lossy(&out.stdout));
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty(), "the resolver never dialled");
+    for first in seen.iter() {
+        // 0x16 0x03: a TLS handshake record. A Kafka request would start
+        // with a 4-byte size then the ApiVersions key (0x00 0x12).
+        assert_eq!(&first[..2], &[0x16, 0x03], "not a TLS ClientHello: {first:02x?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolution_over_mtls_and_sasl_ssl() {
+    let (Some(brokers), Some(tls), Some(sasl)) = (common::brokers(), common::tls(), common::sasl()) else {
+        return;
+    };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let ca = tls.ca.to_str().unwrap().to_owned();
+    let cert = tls.cert.to_str().unwrap().to_owned();
+    let key = tls.key.to_str().unwrap().to_owned();
+    let password = sasl.password.clone();
+    type Case<'a> = (&'a str, String, Vec<(&'a str, String)>);
+    let cases: Vec<Case> = vec![
+        (
+            "mTLS",
+            tls.mtls_brokers.clone(),
+            vec![
+                ("CLINK_KAFKA_RESUME_TLS_CA", ca.clone()),
+                ("CLINK_KAFKA_RESUME_TLS_CERT", cert),
+                ("CLINK_KAFKA_RESUME_TLS_KEY", key),
+            ],
+        ),
+        (
+            "SASL_SSL SCRAM-SHA-512",
+            tls.sasl_ssl_brokers.clone(),
+            vec![
+                ("CLINK_KAFKA_RESUME_TLS_CA", ca.clone()),
+                ("CLINK_KAFKA_RESUME_SASL_MECHANISM", "SCRAM-SHA-512".into()),
+                ("CLINK_KAFKA_RESUME_SASL_USERNAME", sasl.username.clone()),
+                ("CLINK_KAFKA_RESUME_SASL_PASSWORD", password.clone()),
+            ],
+        ),
+        (
+            "SASL_SSL PLAIN",
+            tls.sasl_ssl_brokers.clone(),
+            vec![
+                ("CLINK_KAFKA_RESUME_TLS_CA", ca.clone()),
+                ("CLINK_KAFKA_RESUME_SASL_MECHANISM", "PLAIN".into()),
+                ("CLINK_KAFKA_RESUME_SASL_USERNAME", sasl.username.clone()),
+                ("CLINK_KAFKA_RESUME_SASL_PASSWORD", password.clone()),
+            ],
+        ),
+    ];
+    for (what, listener, env) in cases {
+        let topic = topic(&cluster, "resolve-tls").await;
+        let txn_id = common::unique_topic("orphan-tls");
+        let handle = kill(open_orphan(&brokers, &topic, &txn_id, 200, 120_000));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        if what == "mTLS" {
+            // A broker whose certificate our CA did not sign is refused (authentication).
+            let other = [("CLINK_KAFKA_RESUME_TLS_CA", tls.other_ca.to_str().unwrap())];
+            let (code, out) = cli_resolve(&listener, &handle, "--commit", &other);
+            assert_eq!(code, 15, "{what} with an unrelated CA: {out}");
+            // Without the client certificate the mTLS listener refuses the handshake.
+            let (code, out) = cli_resolve(&listener, &handle, "--commit", &env[..1]);
+            assert_eq!(code, 15, "{what} without a client certificate: {out}");
+            assert!(out.contains("authentication-refused"), "{out}");
+        }
+        let (code, out) = cli_resolve(&listener, &handle, "--commit", &env);
+        assert_eq!(code, 0, "{what}: {out}");
+        assert!(!out.contains(&password), "the password leaked: {out}");
+        let got = common::read_committed_values(&cluster, &topic, 1, 200).await;
+        assert_eq!(got.len(), 200, "{what}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

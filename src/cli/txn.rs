@@ -32,8 +32,9 @@ pub enum TxnCommand {
     /// Credentials come from the environment only:
     /// CLINK_KAFKA_RESUME_SASL_MECHANISM (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512),
     /// CLINK_KAFKA_RESUME_SASL_USERNAME, CLINK_KAFKA_RESUME_SASL_PASSWORD;
-    /// CLINK_KAFKA_RESUME_TLS_CA/_CERT/_KEY (TLS is refused by this build, never
-    /// downgraded to plaintext).
+    /// CLINK_KAFKA_RESUME_TLS_CA (TLS, verified against this CA), plus
+    /// CLINK_KAFKA_RESUME_TLS_CERT and _KEY for mTLS. With a CA set every
+    /// connection is TLS; an unusable file is refused before connecting.
     ///
     /// Exit codes, one per verdict:
     ///   0  committed

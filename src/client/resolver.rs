@@ -24,8 +24,9 @@
 //!   Never reported as NotCommitted: a caller must not fall back on it.
 //!
 //! Credentials come from the resolving process's environment
-//! ([`Resolver::from_env`]); an unknown SASL mechanism is refused before any
-//! connection, and there is no fallback to plaintext or to another mechanism.
+//! ([`Resolver::from_env`]); an unknown SASL mechanism or an unusable CA is
+//! refused before any connection, and there is no fallback to plaintext or
+//! to another mechanism: with a CA set, every connection is TLS.
 
 use std::time::{Duration, Instant};
 
@@ -37,10 +38,11 @@ use clink_kafka_wire::KafkaCode;
 use super::admin::Admin;
 use super::cluster::Cluster;
 use super::producer::ProducerIdentity;
+use super::tls::{TlsConfig, TlsConnector};
 use super::txn::{end_txn, TransactionVersion, TxnCoordinator};
 use super::txn_admin::{describe_at, is_not_found, TransactionDescription, TransactionState};
 use super::ClientConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TlsFailure};
 
 /// The identity of one (possibly orphaned) transaction. Holds no secret.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -284,29 +286,49 @@ impl ResumeTlsEnv {
     }
 }
 
-/// Fills the client's TLS settings from the resume environment. This build's
-/// client has no TLS yet: TLS requested is refused (never a plaintext
-/// fallback). To be wired to the client's TLS config when it lands.
-pub fn apply_resume_tls(_config: &mut ClientConfig, tls: &ResumeTlsEnv) -> Result<()> {
+/// Fills the client's TLS settings from the resume environment: the CA
+/// (required whenever TLS is requested), plus certificate and key for mTLS.
+/// The files are read and checked here, before any connection; an unusable
+/// CA, certificate or key is refused, naming its variable. Never a
+/// plaintext fallback.
+pub fn apply_resume_tls(config: &mut ClientConfig, tls: &ResumeTlsEnv) -> Result<()> {
     if !tls.is_requested() {
         return Ok(());
     }
-    if tls.ca.is_none() {
+    let Some(ca) = &tls.ca else {
         return Err(Error::Config {
             option: ENV_TLS_CA,
-            message: format!("{ENV_TLS_CERT}/{ENV_TLS_KEY} are set but {ENV_TLS_CA} is not; mTLS needs the CA too"),
+            message: format!(
+                "{ENV_TLS_CERT}/{ENV_TLS_KEY} are set but {ENV_TLS_CA} is not; TLS needs the CA to verify the broker"
+            ),
         });
-    }
+    };
     if tls.cert.is_some() != tls.key.is_some() {
         return Err(Error::Config {
-            option: ENV_TLS_CERT,
+            option: if tls.cert.is_some() { ENV_TLS_KEY } else { ENV_TLS_CERT },
             message: format!("{ENV_TLS_CERT} and {ENV_TLS_KEY} go together (mTLS)"),
         });
     }
-    Err(Error::Config {
-        option: ENV_TLS_CA,
-        message: "TLS is not supported by this build's client yet; refusing to resolve (no plaintext fallback)".into(),
-    })
+    let settings = TlsConfig {
+        ca_file: Some(ca.into()),
+        cert_file: tls.cert.as_ref().map(Into::into),
+        key_file: tls.key.as_ref().map(Into::into),
+        ..TlsConfig::default()
+    };
+    // Reads and parses the files now: an unusable CA is refused before a byte is sent.
+    TlsConnector::new(&settings).map_err(|e| match e {
+        Error::Config { option, message } => Error::Config {
+            option: match option {
+                super::tls::OPT_CERT => ENV_TLS_CERT,
+                super::tls::OPT_KEY | super::tls::OPT_KEY_PASSWORD => ENV_TLS_KEY,
+                _ => ENV_TLS_CA,
+            },
+            message: format!("{option}: {message}"),
+        },
+        other => other,
+    })?;
+    *config = config.clone().with_tls(settings);
+    Ok(())
 }
 
 impl Resolver {
@@ -484,15 +506,23 @@ impl Resolver {
         coordinator: Option<&TxnCoordinator>,
     ) -> Result<Verdict> {
         let not = |reason: NotCommittedReason, detail: String| Ok(Verdict::NotCommitted { reason, detail });
-        if matches!(err, Error::Authentication { .. }) {
-            return not(NotCommittedReason::AuthenticationRefused, err.to_string());
+        let root = match &err {
+            Error::NoBrokerAvailable { last, .. } => last.as_ref(),
+            other => other,
+        };
+        match root {
+            Error::Authentication { .. } => return not(NotCommittedReason::AuthenticationRefused, err.to_string()),
+            // No TLS answer, a dropped connection: transport. Anything the
+            // certificates decided (ours refused, theirs not trusted) is
+            // authentication, and retrying will not change it.
+            Error::Tls {
+                kind: TlsFailure::HandshakeFailed | TlsFailure::ProtocolMismatch,
+                ..
+            } => return Err(err),
+            Error::Tls { .. } => return not(NotCommittedReason::AuthenticationRefused, err.to_string()),
+            _ => {}
         }
         if err.is_connection_error() || matches!(err, Error::NoBrokerAvailable { .. }) {
-            if let Error::NoBrokerAvailable { last, .. } = &err {
-                if matches!(**last, Error::Authentication { .. }) {
-                    return not(NotCommittedReason::AuthenticationRefused, err.to_string());
-                }
-            }
             return Err(err);
         }
         if matches!(
@@ -705,7 +735,28 @@ mod tests {
         let err = Resolver::from_vars("127.0.0.1:1", vars(&[(ENV_SASL_MECHANISM, "PLAIN")])).unwrap_err();
         assert!(err.to_string().contains(ENV_SASL_USERNAME), "{err}");
         let err = Resolver::from_vars("127.0.0.1:1", vars(&[(ENV_TLS_CA, "/nonexistent/ca.pem")])).unwrap_err();
-        assert!(err.to_string().contains("no plaintext fallback"), "{err}");
+        assert!(matches!(err, Error::Config { option: ENV_TLS_CA, .. }), "{err}");
+        let err = Resolver::from_vars(
+            "127.0.0.1:1",
+            vars(&[(ENV_TLS_CERT, "/c.pem"), (ENV_TLS_KEY, "/k.pem")]),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Config { option: ENV_TLS_CA, .. }), "{err}");
+        let err = Resolver::from_vars(
+            "127.0.0.1:1",
+            vars(&[(ENV_TLS_CA, "/ca.pem"), (ENV_TLS_CERT, "/c.pem")]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Config {
+                    option: ENV_TLS_KEY,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let ok = Resolver::from_vars(
             "127.0.0.1:1",
             vars(&[
