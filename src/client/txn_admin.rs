@@ -83,7 +83,7 @@ pub struct TransactionDescription {
     pub transaction_timeout: Duration,
     /// Milliseconds since the epoch; `None` when no transaction has started.
     pub start_time_ms: Option<i64>,
-    /// The partitions in the transaction, by topic.
+    /// The partitions in the transaction, by topic, in ascending order.
     pub partitions: BTreeMap<String, Vec<i32>>,
 }
 
@@ -239,6 +239,10 @@ pub(crate) async fn describe_at(
                     .entry(topic.topic.0.to_string())
                     .or_default()
                     .extend(topic.partitions.iter().copied());
+            }
+            for p in partitions.values_mut() {
+                p.sort_unstable();
+                p.dedup();
             }
             Ok(TransactionDescription {
                 transactional_id: transactional_id.to_owned(),
