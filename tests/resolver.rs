@@ -341,6 +341,12 @@ async fn handles_without_identity_or_with_unknown_ids_are_refused() {
         Duration::from_secs(60),
     );
     assert_eq!(out.status.code(), Some(16), "{}", String::from_utf8_lossy(&out.stdout));
+    // A transaction.version 2 handle against the transaction.version 1 broker.
+    if let Some(tv1) = common::tv1_brokers() {
+        let (code, out) = cli_resolve(&tv1, &unknown, "--commit", &[]);
+        assert_eq!(code, 14, "{out}");
+        assert!(out.contains("unsupported-broker"), "{out}");
+    }
 }
 
 /// A TCP proxy to `target` on a fixed local port, which can be stopped and

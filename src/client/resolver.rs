@@ -39,7 +39,7 @@ use super::admin::Admin;
 use super::cluster::Cluster;
 use super::producer::ProducerIdentity;
 use super::tls::{TlsConfig, TlsConnector};
-use super::txn::{end_txn, TransactionVersion, TxnCoordinator};
+use super::txn::{broker_transaction_version, end_txn, TransactionVersion, TxnCoordinator};
 use super::txn_admin::{describe_at, is_not_found, TransactionDescription, TransactionState};
 use super::ClientConfig;
 use crate::error::{Error, Result, TlsFailure};
@@ -474,6 +474,21 @@ impl Resolver {
                         option: "transaction.version",
                         message: format!(
                             "the handle needs EndTxn v5 (KIP-890); broker {} speaks up to v{v}",
+                            conn.broker()
+                        ),
+                    });
+                }
+                // A transaction.version 2 handle on a cluster finalized at 1:
+                // EndTxn v5 would finish it under a protocol its coordinator
+                // does not run. (A version 1 handle on a version 2 cluster is
+                // an older client's transaction, finished with EndTxn v4.)
+                if version == TransactionVersion::V2
+                    && broker_transaction_version(&conn).await? != TransactionVersion::V2
+                {
+                    return Err(Error::Config {
+                        option: "transaction.version",
+                        message: format!(
+                            "the handle is transaction.version 2 but broker {} runs transaction.version 1",
                             conn.broker()
                         ),
                     });
