@@ -8,8 +8,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-pub mod process;
 pub mod connector;
+pub mod process;
 
 use std::time::{Duration, Instant};
 
