@@ -267,7 +267,7 @@ fn tls_material_on_a_plaintext_transport_is_refused() {
 }
 
 #[test]
-fn tls_is_validated_then_refused_by_the_native_mapping() {
+fn tls_options_are_validated_and_mapped() {
     for protocol in ["ssl", "sasl_ssl", "SSL"] {
         let mut extra = vec![("security_protocol", protocol), ("ssl_ca_location", "/ca.pem")];
         if protocol == "sasl_ssl" {
@@ -277,9 +277,7 @@ fn tls_is_validated_then_refused_by_the_native_mapping() {
                 ("sasl_password", "p"),
             ]);
         }
-        let e = check(FactoryKind::MessageSource, &extra).unwrap_err();
-        assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
-        assert!(e.to_string().contains("TLS not available in this build yet"), "{e}");
+        check(FactoryKind::MessageSource, &extra).unwrap_or_else(|e| panic!("{protocol}: {e}"));
     }
     // mTLS needs both halves; checked before the native mapping.
     let e = check(
@@ -288,12 +286,129 @@ fn tls_is_validated_then_refused_by_the_native_mapping() {
     )
     .unwrap_err();
     assert!(matches!(e, ConnectorError::ConflictingOptions { .. }), "{e}");
-    // The registry refuses at build time, before any I/O.
-    let mut r = Registry::new();
-    install(&mut r).unwrap();
-    let ctx = BuildContext::new([("brokers", "127.0.0.1:1"), ("topic", "t"), ("security_protocol", "ssl")]);
-    let e = r.build("kafka_text_source", &ctx).unwrap_err();
-    assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
+    // A bad hostname-verification value names the option.
+    let e = check(
+        FactoryKind::TextSource,
+        &[
+            ("security_protocol", "ssl"),
+            ("ssl_endpoint_identification_algorithm", "dns"),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ConnectorError::InvalidOption { option, .. } if option == "ssl_endpoint_identification_algorithm"),
+        "{e}"
+    );
+}
+
+/// Reads `topic` through a `kafka_message_source` built from `params` and
+/// checks the one record written beforehand arrives.
+async fn read_one_through(registry: &Registry, params: &[(&str, &str)], what: &str) {
+    let ctx = BuildContext::new(params.iter().copied());
+    let mut s = registry
+        .build("kafka_message_source", &ctx)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .into_message_source("kafka_message_source")
+        .unwrap();
+    s.open().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        let mut batches = Vec::new();
+        s.produce(&mut batches).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        got.extend(batches.into_iter().flatten());
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 1, "{what}: {got:?}");
+    assert_eq!(got[0].payload.as_deref(), Some(&b"over tls"[..]), "{what}");
+    s.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_options_reach_the_ssl_mtls_and_sasl_ssl_listeners() {
+    let (Some(brokers), Some(sasl), Some(tls)) = (common::brokers(), common::sasl(), common::tls()) else {
+        return;
+    };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("conn-tls");
+    common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
+    common::connector::produce_values(&cluster, &topic, Some(0), &["over tls".to_owned()]).await;
+    let mut registry = Registry::new();
+    install(&mut registry).unwrap();
+    let ca = tls.ca.to_str().unwrap();
+    let (cert, key, key_enc) = (
+        tls.cert.to_str().unwrap(),
+        tls.key.to_str().unwrap(),
+        tls.key_encrypted.to_str().unwrap(),
+    );
+    let common_params = [("topic", topic.as_str()), ("auto_offset_reset", "earliest")];
+    let with = |extra: &[(&'static str, &str)]| -> Vec<(String, String)> {
+        common_params
+            .iter()
+            .chain(extra.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let cases: Vec<(&str, Vec<(String, String)>)> = vec![
+        (
+            "ssl",
+            with(&[
+                ("brokers", &tls.ssl_brokers),
+                ("security_protocol", "ssl"),
+                ("ssl_ca_location", ca),
+            ]),
+        ),
+        (
+            "mtls (encrypted key, via passthrough)",
+            with(&[
+                ("brokers", &tls.mtls_brokers),
+                ("kafka.security.protocol", "SSL"),
+                ("kafka.ssl.ca.location", ca),
+                ("kafka.ssl.certificate.location", cert),
+                ("kafka.ssl.key.location", key_enc),
+                ("kafka.ssl.key.password", &tls.key_password),
+            ]),
+        ),
+        (
+            "mtls",
+            with(&[
+                ("brokers", &tls.mtls_brokers),
+                ("security_protocol", "ssl"),
+                ("ssl_ca_location", ca),
+                ("ssl_certificate_location", cert),
+                ("ssl_key_location", key),
+            ]),
+        ),
+        (
+            "sasl_ssl",
+            with(&[
+                ("brokers", &tls.sasl_ssl_brokers),
+                ("security_protocol", "sasl_ssl"),
+                ("sasl_mechanism", "SCRAM-SHA-512"),
+                ("sasl_username", &sasl.username),
+                ("sasl_password", &sasl.password),
+                ("ssl_ca_location", ca),
+            ]),
+        ),
+    ];
+    for (what, params) in &cases {
+        let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        read_one_through(&registry, &params, what).await;
+    }
+    // Without the CA the broker's certificate is not trusted: a TLS error, not a downgrade.
+    let ctx = BuildContext::new([
+        ("brokers", tls.ssl_brokers.as_str()),
+        ("topic", topic.as_str()),
+        ("security_protocol", "ssl"),
+    ]);
+    let mut s = registry
+        .build("kafka_message_source", &ctx)
+        .unwrap()
+        .into_message_source("kafka_message_source")
+        .unwrap();
+    let e = s.open().await.unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 }
 
 #[test]

@@ -47,6 +47,9 @@ pub struct ProduceArgs {
     /// batch.size in bytes.
     #[arg(long, default_value_t = 256 * 1024)]
     pub batch_size: usize,
+    /// Produce requests outstanding at once (1-1000; one batch per partition).
+    #[arg(long, default_value_t = 5)]
+    pub max_in_flight: usize,
     /// Read each stdin line as KEY<delimiter>VALUE, split at the first
     /// delimiter (like kcat -K). A line without the delimiter is an error.
     #[arg(long, value_name = "DELIMITER")]
@@ -86,6 +89,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         compression,
         linger: Duration::from_millis(args.linger_ms),
         batch_size: args.batch_size,
+        max_in_flight: args.max_in_flight,
         ..ProducerConfig::default()
     };
     let producer = Producer::new(cluster, producer_config)

@@ -102,6 +102,14 @@ pub struct ProducerConfig {
     pub ack_timeout: Duration,
     /// `delivery.timeout.ms`: bound on delivering a batch, retries included.
     pub delivery_timeout: Duration,
+    /// `max.in.flight.requests`: Produce requests this producer has
+    /// outstanding at once, across all partitions and brokers (1 to 1000;
+    /// default 5). A partition never has more than one batch in flight, so
+    /// ordering and idempotence do not depend on this; it bounds how many
+    /// partitions' batches are on the wire together. Stricter than the Java
+    /// client's per-connection `max.in.flight.requests.per.connection` when
+    /// a producer writes to several brokers.
+    pub max_in_flight: usize,
 }
 
 impl Default for ProducerConfig {
@@ -116,6 +124,7 @@ impl Default for ProducerConfig {
             max_record_size: 1024 * 1024,
             ack_timeout: Duration::from_secs(30),
             delivery_timeout: Duration::from_secs(120),
+            max_in_flight: 5,
         }
     }
 }
@@ -310,6 +319,8 @@ struct Shared {
     closed: AtomicBool,
     fatal: OnceLock<Error>,
     memory: Semaphore,
+    /// One permit per Produce request on the wire (`max_in_flight`).
+    requests: Semaphore,
 }
 
 /// A Kafka producer. `send` takes `&self`; share it with an `Arc`. Dropping
@@ -344,6 +355,7 @@ impl Producer {
                 message: "batch.size and buffer.memory must be positive".into(),
             });
         }
+        check_max_in_flight(config.max_in_flight)?;
         let identity = if config.idempotent {
             Some(init_producer_id(&cluster).await?)
         } else {
@@ -373,6 +385,7 @@ impl Producer {
                 message: "a transactional producer needs acks=all and enable.idempotence=true".into(),
             });
         }
+        check_max_in_flight(config.max_in_flight)?;
         if config.batch_size == 0 || config.buffer_memory == 0 {
             return Err(Error::Config {
                 option: "batch.size",
@@ -407,6 +420,7 @@ impl Producer {
             closed: AtomicBool::new(false),
             fatal: OnceLock::new(),
             memory: Semaphore::new(permits),
+            requests: Semaphore::new(config.max_in_flight),
             config,
         });
         tokio::spawn(sender(shared.clone()));
@@ -750,6 +764,18 @@ async fn sender(shared: Arc<Shared>) {
     tracing::debug!("producer sender stopped");
 }
 
+/// `max_in_flight` must be 1..=1000.
+fn check_max_in_flight(n: usize) -> Result<()> {
+    if (1..=1000).contains(&n) {
+        Ok(())
+    } else {
+        Err(Error::Config {
+            option: "max.in.flight.requests",
+            message: format!("must be between 1 and 1000, got {n}"),
+        })
+    }
+}
+
 /// How a batch's delivery ended, for the sequence bookkeeping.
 enum Outcome {
     Delivered {
@@ -893,8 +919,28 @@ async fn produce_with_retries(shared: &Shared, tp: &TopicPartition, batch: Bytes
     // Whether an earlier attempt may have been written.
     let mut ambiguous = false;
     loop {
+        let permit = match tokio::time::timeout_at(deadline.into(), shared.requests.acquire()).await {
+            Ok(permit) => permit.expect("the request semaphore is never closed"),
+            Err(_) => {
+                let e = Error::Timeout {
+                    operation: format!(
+                        "waiting for one of max_in_flight={} request slots for {}[{}]",
+                        shared.config.max_in_flight, tp.topic, tp.partition
+                    ),
+                    timeout: shared.config.delivery_timeout,
+                };
+                // Not sent this time; only an earlier attempt can have landed.
+                return if ambiguous {
+                    Outcome::Unknown(e)
+                } else {
+                    Outcome::Refused(e)
+                };
+            }
+        };
         let attempt = produce_once(shared, tp, batch.clone());
-        let err = match tokio::time::timeout_at(deadline.into(), attempt).await {
+        let answer = tokio::time::timeout_at(deadline.into(), attempt).await;
+        drop(permit);
+        let err = match answer {
             Ok(Ok((base_offset, log_append_time))) => {
                 return Outcome::Delivered {
                     base_offset,

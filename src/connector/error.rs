@@ -49,9 +49,6 @@ pub enum ConnectorError {
     /// client cannot honour.
     #[error("unsupported property {property:?}: {reason}")]
     UnsupportedProperty { property: String, reason: String },
-    /// TLS was asked for, and this build's native client does not speak it yet.
-    #[error("TLS not available in this build yet ({option}); use a plaintext or sasl_plaintext listener")]
-    TlsUnavailable { option: String },
     /// Something the spec describes that this build does not provide yet.
     #[error("{what} is not yet available: {reason}")]
     NotYetAvailable { what: String, reason: String },
@@ -122,7 +119,7 @@ impl ConnectorError {
         match self {
             ConnectorError::UnknownOption { option, .. } | ConnectorError::InvalidOption { option, .. } => Some(option),
             ConnectorError::MissingOption { option, .. } => Some(option),
-            ConnectorError::InsecureConfig { option, .. } | ConnectorError::TlsUnavailable { option } => Some(option),
+            ConnectorError::InsecureConfig { option, .. } => Some(option),
             ConnectorError::UnsupportedProperty { property, .. } => Some(property),
             _ => None,
         }

@@ -75,8 +75,8 @@ pub struct SaslSettings {
     pub password: Secret,
 }
 
-/// The TLS half, parsed and validated; the native mapping refuses it until
-/// the client speaks TLS.
+/// The TLS half, parsed and validated; [`SecurityConfig::apply_to`] maps it
+/// onto the client's [`crate::client::TlsConfig`].
 #[derive(Clone, Debug)]
 pub struct TlsSettings {
     pub ca_location: Option<PathBuf>,
@@ -342,19 +342,35 @@ fn parse_mechanism(option: &str, value: &str) -> Result<SaslMechanism> {
 }
 
 impl SecurityConfig {
-    /// Applies this configuration to the native client's config: SASL now;
-    /// TLS is refused until the client speaks it (never downgraded).
+    /// Applies this configuration to the native client's config: the
+    /// protocol, the SASL credentials and the TLS material, then the
+    /// client's own consistency check (so nothing weaker than configured
+    /// can reach a broker).
     pub fn apply_to(&self, config: &mut ClientConfig) -> Result<()> {
-        if self.protocol.is_tls() {
-            return Err(ConnectorError::TlsUnavailable {
-                option: format!("security_protocol={}", self.protocol.name()),
-            });
-        }
+        config.security_protocol = match self.protocol {
+            SecurityProtocol::Plaintext => crate::client::SecurityProtocol::Plaintext,
+            SecurityProtocol::Ssl => crate::client::SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext => crate::client::SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::SaslSsl => crate::client::SecurityProtocol::SaslSsl,
+        };
         config.sasl = self.sasl.as_ref().map(|s| crate::client::SaslConfig {
             mechanism: s.mechanism,
             username: s.username.clone(),
             password: s.password.clone(),
         });
+        config.tls = match (&self.tls, self.protocol.is_tls()) {
+            (Some(t), true) => crate::client::TlsConfig {
+                ca_file: t.ca_location.clone(),
+                cert_file: t.certificate_location.clone(),
+                key_file: t.key_location.clone(),
+                key_password: t.key_password.clone(),
+                hostname_verification: t.verify_hostname,
+                insecure_skip_verify: !t.verify_certificate,
+                ..crate::client::TlsConfig::default()
+            },
+            _ => crate::client::TlsConfig::default(),
+        };
+        config.validate()?;
         Ok(())
     }
 }
@@ -409,11 +425,31 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert!(matches!(e, ConnectorError::UnsupportedProperty { .. }), "{e}");
-        let tls = inputs(&[("security_protocol", "ssl"), ("ssl_ca_location", "/ca.pem")])
-            .resolve()
-            .unwrap();
-        let e = tls.apply_to(&mut ClientConfig::default()).unwrap_err();
-        assert!(matches!(e, ConnectorError::TlsUnavailable { .. }), "{e}");
+        let tls = inputs(&[
+            ("security_protocol", "ssl"),
+            ("ssl_ca_location", "/ca.pem"),
+            ("ssl_certificate_location", "/client.pem"),
+            ("ssl_key_location", "/client.key"),
+            ("ssl_key_password", "key-secret"),
+            ("ssl_endpoint_identification_algorithm", "none"),
+        ])
+        .resolve()
+        .unwrap();
+        let mut config = ClientConfig::default();
+        tls.apply_to(&mut config).unwrap();
+        assert_eq!(config.security_protocol, crate::client::SecurityProtocol::Ssl);
+        assert_eq!(config.tls.ca_file.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        assert_eq!(
+            config.tls.cert_file.as_deref(),
+            Some(std::path::Path::new("/client.pem"))
+        );
+        assert_eq!(
+            config.tls.key_file.as_deref(),
+            Some(std::path::Path::new("/client.key"))
+        );
+        assert!(!config.tls.hostname_verification);
+        assert!(!config.tls.insecure_skip_verify);
+        assert!(!format!("{config:?}").contains("key-secret"));
     }
 
     #[test]

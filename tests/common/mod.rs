@@ -10,6 +10,7 @@
 
 pub mod connector;
 pub mod process;
+pub mod proxy;
 
 use std::time::{Duration, Instant};
 
