@@ -185,6 +185,52 @@ pub enum Error {
     /// The producer was closed before the record was delivered.
     #[error("the producer is closed")]
     ProducerClosed,
+    /// PRODUCER_FENCED: a newer producer with the same transactional id
+    /// (InitProducerId) or a coordinator-side timeout bumped the epoch.
+    /// Fatal and sticky for the transactional producer.
+    #[error("transactional producer {transactional_id:?} (producer id {producer_id}, epoch {producer_epoch}) was fenced: {api} answered PRODUCER_FENCED{}", broker_suffix(.broker))]
+    ProducerFenced {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        api: &'static str,
+        broker: Option<BrokerRef>,
+    },
+    /// INVALID_PRODUCER_EPOCH: the epoch is not the coordinator's (the
+    /// pre-KIP-588 spelling of a fence). Fatal and sticky.
+    #[error("transactional producer {transactional_id:?} (producer id {producer_id}, epoch {producer_epoch}): {api} answered INVALID_PRODUCER_EPOCH{}", broker_suffix(.broker))]
+    InvalidProducerEpoch {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        api: &'static str,
+        broker: Option<BrokerRef>,
+    },
+    /// INVALID_TXN_STATE from the coordinator, or a call that does not fit
+    /// the transaction's state here (e.g. `send` with no open transaction).
+    #[error("transaction {transactional_id:?}: invalid transaction state: {message}")]
+    InvalidTxnState { transactional_id: String, message: String },
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED. Fatal.
+    #[error("not authorized to use transactional id {transactional_id:?} ({api}{})", broker_suffix(.broker))]
+    TransactionalIdAuthorizationFailed {
+        transactional_id: String,
+        api: &'static str,
+        broker: Option<BrokerRef>,
+    },
+    /// A record of the open transaction failed; the transaction can only be
+    /// aborted now (then a new one may begin).
+    #[error("transaction {transactional_id:?} must be aborted: {cause}")]
+    TransactionAbortRequired {
+        transactional_id: String,
+        cause: Box<Error>,
+    },
+}
+
+fn broker_suffix(broker: &Option<BrokerRef>) -> String {
+    match broker {
+        Some(b) => format!(" on broker {b}"),
+        None => String::new(),
+    }
 }
 
 /// What went wrong in a TLS handshake ([`Error::Tls`]).
@@ -246,7 +292,10 @@ impl Error {
     pub fn kafka_code(&self) -> Option<KafkaCode> {
         match self {
             Error::Kafka { code, .. } | Error::LeaderNotAvailable { code, .. } => Some(*code),
-            Error::ProducerFailed { cause } => cause.kafka_code(),
+            Error::ProducerFailed { cause } | Error::TransactionAbortRequired { cause, .. } => cause.kafka_code(),
+            Error::ProducerFenced { .. } => Some(KafkaCode::PRODUCER_FENCED),
+            Error::InvalidProducerEpoch { .. } => Some(KafkaCode::INVALID_PRODUCER_EPOCH),
+            Error::TransactionalIdAuthorizationFailed { .. } => Some(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
             _ => None,
         }
     }

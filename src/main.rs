@@ -1,4 +1,4 @@
-//! The `clink-kafka` command line: `produce`, `consume` and `roundtrip`
+//! The `clink-kafka` command line: `produce`, `consume`, `roundtrip` and `txn`
 //! (an end-to-end check and measurement against a real cluster). Argument
 //! parsing lives here; each command lives in `src/cli/`.
 
@@ -41,6 +41,8 @@ enum Command {
     /// (read_committed), verify each arrived exactly once in order, and
     /// report throughput and CPU time per record.
     Roundtrip(cli::roundtrip::RoundtripArgs),
+    /// Transactions: list, describe, resolve an in-doubt one.
+    Txn(cli::txn::TxnArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,13 +60,14 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Produce(args) => cli::produce::run(args).await,
-            Command::Consume(args) => cli::consume::run(args).await,
-            Command::Roundtrip(args) => cli::roundtrip::run(args).await,
+            Command::Produce(args) => cli::produce::run(args).await.map(|()| 0),
+            Command::Consume(args) => cli::consume::run(args).await.map(|()| 0),
+            Command::Roundtrip(args) => cli::roundtrip::run(args).await.map(|()| 0),
+            Command::Txn(args) => cli::txn::run(args).await,
         }
     });
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

@@ -88,6 +88,16 @@ impl Admin {
         self
     }
 
+    /// The cluster this administers.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// The bound on each operation.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Creates `topics` and waits until metadata shows each with all its
     /// partitions led. A topic that already exists is an error
     /// (`TOPIC_ALREADY_EXISTS`).

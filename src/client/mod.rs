@@ -14,6 +14,9 @@
 //! - [`producer`]: the idempotent producer.
 //! - [`consumer`]: manual assignment, seek (offset, earliest, latest, timestamp), batched poll, read_committed.
 //! - [`group`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
+//! - [`txn`]: the transactional producer (KIP-98, KIP-890 aware).
+//! - [`txn_admin`]: DescribeTransactions and ListTransactions (KIP-664).
+//! - [`resolver`]: in-doubt resolution of an orphaned transaction from a [`ResumeHandle`].
 
 use std::time::Duration;
 
@@ -28,8 +31,11 @@ pub mod consumer;
 pub mod group;
 pub mod partitioner;
 pub mod producer;
+pub mod resolver;
 pub mod sasl;
 pub mod tls;
+pub mod txn;
+pub mod txn_admin;
 
 pub use admin::{Admin, BrokerDescription, ClusterDescription, NewTopic};
 pub use cluster::Cluster;
@@ -37,7 +43,10 @@ pub use connection::BrokerConnection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset};
 pub use group::{CommittedOffset, GroupOffsets};
 pub use producer::{Acks, DeliveryFuture, DeliveryReport, Producer, ProducerConfig, ProducerRecord};
+pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
 pub use tls::{TlsConfig, TlsConnector};
+pub use txn::{TransactionVersion, TransactionalProducer, TxnConfig};
+pub use txn_admin::{ListTransactionsFilter, TransactionDescription, TransactionListing, TransactionState};
 
 use crate::error::{Error, Result};
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use clink_kafka_wire::compression::Compression;
 use clink_kafka_wire::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use clink_kafka_wire::kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, TopicName};
+use clink_kafka_wire::kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, TopicName, TransactionalId};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 use clink_kafka_wire::record::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
 use clink_kafka_wire::KafkaCode;
@@ -273,10 +273,41 @@ impl State {
     }
 }
 
+/// What a transactional producer adds to the plain one (see
+/// [`super::txn`]): the transactional id in every Produce, the Produce
+/// version cap that tells the broker which transaction protocol we speak,
+/// and, under transaction.version 1, AddPartitionsToTxn before a
+/// partition's first batch of a transaction.
+pub(crate) struct TransactionalSend {
+    pub(crate) transactional_id: String,
+    /// 11 under transaction.version 1, 12 under 2 (KIP-890: a v12 Produce
+    /// adds its partition to the transaction implicitly).
+    pub(crate) produce_max_version: i16,
+    /// Adds a partition to the open transaction; `None` under TV2.
+    pub(crate) registrar: Option<Arc<dyn PartitionRegistrar>>,
+}
+
+/// Adds partitions to the open transaction before their first batch.
+pub(crate) trait PartitionRegistrar: Send + Sync {
+    /// Resolves once `topic[partition]` is part of the open transaction.
+    fn ensure_added<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: i32,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+}
+
 struct Shared {
     cluster: Cluster,
     config: ProducerConfig,
-    identity: Option<ProducerIdentity>,
+    /// Changes only between transactions (epoch bumps of KIP-890), while
+    /// nothing is in flight.
+    identity: Mutex<Option<ProducerIdentity>>,
+    txn: Option<TransactionalSend>,
+    /// The first failed delivery since [`Producer::take_failure`] (kept
+    /// only for a transactional producer: a transaction with a failed
+    /// batch must abort).
+    first_failure: Mutex<Option<Error>>,
     state: Mutex<State>,
     /// Wakes the sender task.
     wake: Notify,
@@ -302,7 +333,7 @@ pub struct Producer {
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Producer")
-            .field("identity", &self.shared.identity)
+            .field("identity", &self.identity())
             .field("config", &self.shared.config)
             .finish()
     }
@@ -337,12 +368,47 @@ impl Producer {
                 "idempotent producer ready"
             );
         }
+        Ok(Self::start(cluster, config, identity, None))
+    }
+
+    /// A producer running under a transactional identity obtained by the
+    /// caller (InitProducerId with a transactional id, see [`super::txn`]).
+    pub(crate) fn transactional(
+        cluster: Cluster,
+        config: ProducerConfig,
+        identity: ProducerIdentity,
+        txn: TransactionalSend,
+    ) -> Result<Producer> {
+        if config.acks != Acks::All || !config.idempotent {
+            return Err(Error::Config {
+                option: "acks",
+                message: "a transactional producer needs acks=all and enable.idempotence=true".into(),
+            });
+        }
+        check_max_in_flight(config.max_in_flight)?;
+        if config.batch_size == 0 || config.buffer_memory == 0 {
+            return Err(Error::Config {
+                option: "batch.size",
+                message: "batch.size and buffer.memory must be positive".into(),
+            });
+        }
+        Ok(Self::start(cluster, config, Some(identity), Some(txn)))
+    }
+
+    fn start(
+        cluster: Cluster,
+        config: ProducerConfig,
+        identity: Option<ProducerIdentity>,
+        txn: Option<TransactionalSend>,
+    ) -> Producer {
         let permits = config.buffer_memory.min(u32::MAX as usize).min(Semaphore::MAX_PERMITS);
         let mut seed = [0u8; 8];
         let _ = getrandom::fill(&mut seed);
         let shared = Arc::new(Shared {
             cluster,
-            identity,
+            identity: Mutex::new(identity),
+            txn,
+            first_failure: Mutex::new(None),
             state: Mutex::new(State {
                 rng: u64::from_le_bytes(seed) | 1,
                 ..State::default()
@@ -358,12 +424,42 @@ impl Producer {
             config,
         });
         tokio::spawn(sender(shared.clone()));
-        Ok(Producer { shared })
+        Producer { shared }
     }
 
     /// The producer id and epoch, for an idempotent producer.
     pub fn identity(&self) -> Option<ProducerIdentity> {
-        self.shared.identity
+        *self.shared.identity.lock().expect("identity lock")
+    }
+
+    /// Switches to a new producer id/epoch (an epoch bump between
+    /// transactions): every partition's sequence starts again at 0. The
+    /// caller makes sure nothing is buffered or in flight.
+    pub(crate) fn set_identity(&self, identity: ProducerIdentity) {
+        let mut state = self.shared.state.lock().expect("producer state lock");
+        for q in state.partitions.values_mut() {
+            q.next_sequence = 0;
+        }
+        *self.shared.identity.lock().expect("identity lock") = Some(identity);
+    }
+
+    /// The first delivery failure since the last call, and clears it
+    /// (transactional producers only).
+    pub(crate) fn take_failure(&self) -> Option<Error> {
+        self.shared.first_failure.lock().expect("failure lock").take()
+    }
+
+    /// Keeps `err` as the first failure (if none is kept).
+    pub(crate) fn record_failure(&self, err: Error) {
+        let mut first = self.shared.first_failure.lock().expect("failure lock");
+        if first.is_none() {
+            *first = Some(err);
+        }
+    }
+
+    /// The sticky fatal error, if the producer has failed.
+    pub(crate) fn fatal_error(&self) -> Option<Error> {
+        self.shared.fatal.get().cloned()
     }
 
     /// Queues `record`. Waits for metadata the first time a topic is seen,
@@ -699,9 +795,13 @@ async fn deliver(shared: Arc<Shared>, tp: TopicPartition, batch: OpenBatch, base
     // Payloads are in the encoded batch now; keep only what the reports need.
     let replies: Vec<(i64, oneshot::Sender<Result<DeliveryReport>>)> =
         batch.records.into_iter().map(|r| (r.timestamp, r.reply)).collect();
-    let outcome = match encoded {
-        Ok(bytes) => produce_with_retries(&shared, &tp, bytes).await,
-        Err(e) => Outcome::Refused(e),
+    let registered = match shared.txn.as_ref().and_then(|t| t.registrar.as_ref()) {
+        Some(registrar) => registrar.ensure_added(&tp.topic, tp.partition).await,
+        None => Ok(()),
+    };
+    let outcome = match (encoded, registered) {
+        (Ok(bytes), Ok(())) => produce_with_retries(&shared, &tp, bytes).await,
+        (Err(e), _) | (_, Err(e)) => Outcome::Refused(e),
     };
     let result = {
         let mut state = shared.state.lock().expect("producer state lock");
@@ -713,14 +813,14 @@ async fn deliver(shared: Arc<Shared>, tp: TopicPartition, batch: OpenBatch, base
                 log_append_time,
             } => Ok((base_offset, log_append_time)),
             Outcome::Refused(e) => {
-                if shared.identity.is_some() {
+                if shared.identity.lock().expect("identity lock").is_some() {
                     // Nothing later holds a sequence yet (one batch in flight).
                     q.next_sequence = base_sequence;
                 }
                 Err(e)
             }
             Outcome::Unknown(e) => {
-                if shared.identity.is_some() {
+                if shared.identity.lock().expect("identity lock").is_some() {
                     let fatal = Error::ProducerFailed { cause: Box::new(e) };
                     if shared.fatal.set(fatal).is_ok() {
                         tracing::error!(topic = %tp.topic, partition = tp.partition,
@@ -750,6 +850,12 @@ async fn deliver(shared: Arc<Shared>, tp: TopicPartition, batch: OpenBatch, base
         }
         Err(e) => {
             tracing::warn!(topic = %tp.topic, partition = tp.partition, records = count, error = %e, "batch failed");
+            if shared.txn.is_some() {
+                let mut first = shared.first_failure.lock().expect("failure lock");
+                if first.is_none() {
+                    *first = Some(e.clone());
+                }
+            }
             for (_, reply) in replies {
                 let _ = reply.send(Err(e.clone()));
             }
@@ -787,11 +893,12 @@ fn encode_batch(shared: &Shared, batch: &OpenBatch, base_sequence: i32) -> Resul
         compression: shared.config.compression,
         ..BatchMeta::default()
     };
-    if let Some(id) = shared.identity {
+    if let Some(id) = *shared.identity.lock().expect("identity lock") {
         meta.producer_id = id.producer_id;
         meta.producer_epoch = id.producer_epoch;
         meta.base_sequence = base_sequence;
     }
+    meta.transactional = shared.txn.is_some();
     let mut out = BytesMut::with_capacity(batch.bytes + 128);
     RecordBatchEncoder::new()
         .encode(&mut out, &meta, &records)
@@ -898,7 +1005,11 @@ async fn produce_with_retries(shared: &Shared, tp: &TopicPartition, batch: Bytes
 /// One Produce request for one batch: `(base_offset, log_append_time)`.
 async fn produce_once(shared: &Shared, tp: &TopicPartition, batch: Bytes) -> Result<(i64, i64)> {
     let (_, conn) = shared.cluster.leader(&tp.topic, tp.partition).await?;
-    let version = conn.version_for::<ProduceRequest>(Some(PRODUCE_MAX_VERSION))?;
+    let cap = shared
+        .txn
+        .as_ref()
+        .map_or(PRODUCE_MAX_VERSION, |t| t.produce_max_version);
+    let version = conn.version_for::<ProduceRequest>(Some(cap.min(PRODUCE_MAX_VERSION)))?;
     let mut partition = PartitionProduceData::default();
     partition.index = tp.partition;
     partition.records = Some(batch);
@@ -906,7 +1017,10 @@ async fn produce_once(shared: &Shared, tp: &TopicPartition, batch: Bytes) -> Res
     topic.name = TopicName(StrBytes::from_string(tp.topic.to_string()));
     topic.partition_data = vec![partition];
     let mut request = ProduceRequest::default();
-    request.transactional_id = None;
+    request.transactional_id = shared
+        .txn
+        .as_ref()
+        .map(|t| TransactionalId(StrBytes::from_string(t.transactional_id.clone())));
     request.acks = shared.config.acks.wire();
     request.timeout_ms = shared.config.ack_timeout.as_millis().min(i32::MAX as u128) as i32;
     request.topic_data = vec![topic];

@@ -134,6 +134,149 @@ pub async fn consume_exactly(
     out
 }
 
+/// The transaction.version=1 broker, or `None` (outside CI) when not configured.
+pub fn tv1_brokers() -> Option<String> {
+    required_env("CLINK_KAFKA_TV1_BROKERS")
+}
+
+/// Both brokers transaction tests run against, labelled with the
+/// transaction protocol each must speak: the main one (transaction.version=2)
+/// and the tv1 one. Empty (outside CI) when the environment is missing.
+pub fn transaction_brokers() -> Vec<(String, clink_kafka::client::TransactionVersion)> {
+    use clink_kafka::client::TransactionVersion;
+    let mut out = Vec::new();
+    if let Some(b) = brokers() {
+        out.push((b, TransactionVersion::V2));
+    }
+    if let Some(b) = tv1_brokers() {
+        out.push((b, TransactionVersion::V1));
+    }
+    out
+}
+
+/// What Kafka's Java console consumer reads from `topic` with
+/// isolation.level=read_committed: the values, one per record, after at
+/// most `max` records or `timeout_ms` without a new one. `None` when the
+/// tools are missing (outside CI).
+pub fn java_read_committed(brokers: &str, topic: &str, max: usize, timeout_ms: u64) -> Option<Vec<String>> {
+    use std::io::Read;
+    let tools = process::kafka_tools()?;
+    let mut child = std::process::Command::new(tools)
+        .args(["console-consumer", "--bootstrap-server", brokers, "--topic", topic])
+        .args(["--from-beginning", "--isolation-level", "read_committed"])
+        .args([
+            "--max-messages",
+            &max.to_string(),
+            "--timeout-ms",
+            &timeout_ms.to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the console consumer");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms) + Duration::from_secs(90);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for the console consumer") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the console consumer did not finish; stderr:\n{}", err.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(
+        status.success() || err.contains("TimeoutException"),
+        "console consumer failed ({status}):\n{err}"
+    );
+    Some(out.lines().map(str::to_owned).collect())
+}
+
+/// Reads every partition of `topic` from the beginning with our
+/// read_committed consumer until at least `expected` records arrived and
+/// every partition is read to its end with no transaction undecided (last
+/// stable offset = high watermark), or 60 s passed. Values as text.
+pub async fn read_committed_values(cluster: &Cluster, topic: &str, partitions: i32, expected: usize) -> Vec<String> {
+    read_committed_until(cluster, topic, partitions, expected, true).await
+}
+
+/// Like [`read_committed_values`], but with `settled = false` it stops at
+/// the last stable offset even while a transaction is still open.
+pub async fn read_committed_until(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+    settled: bool,
+) -> Vec<String> {
+    let config = ConsumerConfig {
+        isolation: clink_kafka::client::IsolationLevel::ReadCommitted,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(cluster.clone(), config);
+    let assignment: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
+    consumer.assign(&assignment);
+    consumer.seek_all(Offset::Earliest).await.expect("seek");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut out = Vec::new();
+    let at_end = |consumer: &Consumer| {
+        (0..partitions).all(|p| match (consumer.watermarks(topic, p), consumer.position(topic, p)) {
+            (Some((hw, lso)), Some(pos)) => hw >= 0 && lso >= 0 && pos >= lso && (!settled || lso == hw),
+            _ => false,
+        })
+    };
+    let mut polls = 0;
+    while Instant::now() < deadline && (out.len() < expected || polls == 0 || !at_end(&consumer)) {
+        polls += 1;
+        for r in consumer.poll(Duration::from_millis(300)).await.expect("poll") {
+            out.push(String::from_utf8_lossy(r.record.value.as_deref().unwrap_or(b"")).into_owned());
+        }
+    }
+    for r in consumer.poll(Duration::from_millis(300)).await.expect("poll") {
+        out.push(String::from_utf8_lossy(r.record.value.as_deref().unwrap_or(b"")).into_owned());
+    }
+    out
+}
+
+/// Where the Java client's jars are: the tools classpath if installed, else
+/// the broker's own lib dir. `None` (outside CI) when neither exists.
+pub fn java_clients_classpath() -> Option<String> {
+    if let Ok(cp) = std::env::var("CLINK_KAFKA_TOOLS_CLASSPATH") {
+        if !cp.is_empty() {
+            return Some(cp);
+        }
+    }
+    let home = std::env::var("KAFKA_LOCAL_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".kafka-local"));
+    let lib = home.join("broker-lib");
+    let found = std::fs::read_dir(&lib).ok().is_some_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("kafka-clients-"))
+    });
+    if found {
+        return Some(format!("{}/*", lib.display()));
+    }
+    assert!(!in_ci(), "CI=true but the Kafka client jars are missing");
+    eprintln!("note: the Kafka client jars are missing; skipping the Java producer test");
+    None
+}
+
 /// The TLS listeners and the material `scripts/kafka-local` generated.
 pub struct TlsEnv {
     /// SSL listener, server authentication only.
