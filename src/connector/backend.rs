@@ -9,7 +9,8 @@
 //! watermarks, one committed-offset lookup (the source owns the retries),
 //! batched polls; on the producer side send / flush, plus the transaction
 //! calls a two-phase-commit sink needs ([`TransactionalProducerBackend`],
-//! not implemented natively yet).
+//! natively [`NativeTransactionalProducer`] over the client's
+//! [`TransactionalProducer`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,10 +18,9 @@ use std::time::Duration;
 
 use super::error::{ConnectorError, Result};
 use super::record::{Header, KafkaMessage};
-use crate::client::producer::ProducerIdentity;
 use crate::client::{
     ClientConfig, Cluster, Consumer, ConsumerConfig, DeliveryFuture, GroupOffsets, IsolationLevel, Offset, Producer,
-    ProducerConfig, ProducerRecord,
+    ProducerConfig, ProducerRecord, ResumeHandle, TransactionalProducer, TxnConfig,
 };
 
 /// Which end of a partition's log.
@@ -91,10 +91,9 @@ pub trait ProducerBackend: Send + Sync {
 /// The producer a two-phase-commit sink (`kafka_2pc_sink_string`) needs:
 /// one transaction per checkpoint interval, flushed at the barrier (through
 /// [`ProducerBackend::flush`]), committed at `on_commit`, aborted at
-/// `on_abort`; and the producer identity its resume handle stages into the
-/// checkpoint at each barrier. Not implemented by the native backend yet:
-/// the client's transactional producer is being written (its shape, init →
-/// identity, begin, send / flush, commit, abort, is what this trait asks).
+/// `on_abort`; and the resume handle (transactional id, producer id and
+/// epoch, transaction protocol) it stages into the checkpoint at each
+/// barrier, which never carries a credential.
 pub trait TransactionalProducerBackend: ProducerBackend {
     /// InitProducerId for `transactional_id` (connecting first): fences
     /// older instances and aborts what they left open.
@@ -102,7 +101,7 @@ pub trait TransactionalProducerBackend: ProducerBackend {
         &mut self,
         transactional_id: &str,
         transaction_timeout: Duration,
-    ) -> impl Future<Output = Result<ProducerIdentity>> + Send;
+    ) -> impl Future<Output = Result<ResumeHandle>> + Send;
 
     fn begin_transaction(&mut self) -> Result<()>;
 
@@ -111,8 +110,9 @@ pub trait TransactionalProducerBackend: ProducerBackend {
 
     fn abort_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
-    /// The current producer id and epoch, for the resume handle.
-    fn identity(&self) -> Option<ProducerIdentity>;
+    /// The identity the open (or next) transaction runs under, read
+    /// directly (no statistics callback); `None` before `init_transactions`.
+    fn identity(&self) -> Option<ResumeHandle>;
 }
 
 // ---------------------------------------------------------------------------
@@ -297,19 +297,9 @@ impl ProducerBackend for NativeProducer {
 
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<NativeDelivery> {
         let producer = self.producer()?;
-        let record = ProducerRecord {
-            topic: topic.to_owned(),
-            partition,
-            key: message.key,
-            value: message.payload,
-            headers: message
-                .headers
-                .into_iter()
-                .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
-                .collect(),
-            timestamp: (message.timestamp >= 0).then_some(message.timestamp),
-        };
-        Ok(NativeDelivery(producer.send(record).await?))
+        Ok(NativeDelivery(
+            producer.send(producer_record(topic, partition, message)).await?,
+        ))
     }
 
     async fn flush(&self, timeout: Duration) -> Result<()> {
@@ -321,5 +311,131 @@ impl ProducerBackend for NativeProducer {
             Some(p) => Ok(p.close(timeout).await?),
             None => Ok(()),
         }
+    }
+}
+
+/// A connector message as the client's record.
+fn producer_record(topic: &str, partition: Option<i32>, message: KafkaMessage) -> ProducerRecord {
+    ProducerRecord {
+        topic: topic.to_owned(),
+        partition,
+        key: message.key,
+        value: message.payload,
+        headers: message
+            .headers
+            .into_iter()
+            .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
+            .collect(),
+        timestamp: (message.timestamp >= 0).then_some(message.timestamp),
+    }
+}
+
+/// [`TransactionalProducerBackend`] over the client's
+/// [`TransactionalProducer`]: `connect` only connects; the producer exists
+/// from `init_transactions` on.
+pub struct NativeTransactionalProducer {
+    config: ClientConfig,
+    producer_config: ProducerConfig,
+    cluster: Option<Cluster>,
+    producer: Option<TransactionalProducer>,
+}
+
+impl std::fmt::Debug for NativeTransactionalProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeTransactionalProducer")
+            .field("config", &self.config)
+            .field("identity", &self.identity())
+            .finish()
+    }
+}
+
+impl NativeTransactionalProducer {
+    pub fn new(config: ClientConfig, producer_config: ProducerConfig) -> Self {
+        NativeTransactionalProducer {
+            config,
+            producer_config,
+            cluster: None,
+            producer: None,
+        }
+    }
+
+    fn producer(&self) -> Result<&TransactionalProducer> {
+        self.producer.as_ref().ok_or(ConnectorError::CallOrder {
+            call: "transactional producer backend",
+            problem: "before init_transactions",
+        })
+    }
+}
+
+/// Bounds a transaction call by `timeout`.
+async fn bounded<T>(what: &str, timeout: Duration, call: impl Future<Output = crate::Result<T>>) -> Result<T> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(ConnectorError::from(crate::error::Error::Timeout {
+            operation: what.to_owned(),
+            timeout,
+        })),
+    }
+}
+
+impl ProducerBackend for NativeTransactionalProducer {
+    type Delivery = NativeDelivery;
+
+    async fn connect(&mut self) -> Result<()> {
+        if self.cluster.is_none() {
+            self.cluster = Some(Cluster::connect(self.config.clone()).await?);
+        }
+        Ok(())
+    }
+
+    async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<NativeDelivery> {
+        let producer = self.producer()?;
+        Ok(NativeDelivery(
+            producer.send(producer_record(topic, partition, message)).await?,
+        ))
+    }
+
+    async fn flush(&self, timeout: Duration) -> Result<()> {
+        Ok(self.producer()?.flush(timeout).await?)
+    }
+
+    /// Aborts an open transaction (the open tail), then closes.
+    async fn close(&mut self, timeout: Duration) -> Result<()> {
+        match self.producer.take() {
+            Some(p) => bounded("closing the transactional producer", timeout, p.close()).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl TransactionalProducerBackend for NativeTransactionalProducer {
+    async fn init_transactions(
+        &mut self,
+        transactional_id: &str,
+        transaction_timeout: Duration,
+    ) -> Result<ResumeHandle> {
+        self.connect().await?;
+        let cluster = self.cluster.clone().expect("connected above");
+        let txn = TxnConfig::new(transactional_id).with_transaction_timeout(transaction_timeout);
+        let producer = TransactionalProducer::init(cluster, self.producer_config.clone(), txn).await?;
+        let handle = producer.identity();
+        self.producer = Some(producer);
+        Ok(handle)
+    }
+
+    fn begin_transaction(&mut self) -> Result<()> {
+        Ok(self.producer()?.begin()?)
+    }
+
+    async fn commit_transaction(&mut self, timeout: Duration) -> Result<()> {
+        bounded("committing the transaction", timeout, self.producer()?.commit()).await
+    }
+
+    async fn abort_transaction(&mut self, timeout: Duration) -> Result<()> {
+        bounded("aborting the transaction", timeout, self.producer()?.abort()).await
+    }
+
+    fn identity(&self) -> Option<ResumeHandle> {
+        self.producer.as_ref().map(TransactionalProducer::identity)
     }
 }

@@ -49,7 +49,8 @@ pub mod sql;
 pub mod upsert;
 
 pub use backend::{
-    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeProducer, ProducerBackend, TransactionalProducerBackend,
+    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
+    TransactionalProducerBackend,
 };
 pub use error::{ConnectorError, Result};
 pub use record::{Header, KafkaMessage, Text};
