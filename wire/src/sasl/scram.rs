@@ -75,13 +75,23 @@ impl State {
 
 /// Client side of one SCRAM-SHA-256 or SCRAM-SHA-512 exchange.
 ///
-/// ```ignore
-/// let nonce = nonce_from_random_bytes(&random_bytes_from_os);
-/// let mut scram = ScramClient::new(SaslMechanism::ScramSha512, "alice", &password, nonce)?;
-/// send(scram.client_first()?);
-/// send(scram.handle_server_first(&receive())?);
-/// scram.handle_server_final(&receive())?;
+/// The RFC 7677 example exchange (in real use the nonce comes from
+/// [`nonce_from_random_bytes`] over OS randomness):
+///
+/// ```
+/// use clink_kafka_wire::sasl::{SaslMechanism, ScramClient};
+/// use clink_kafka_wire::secret::Secret;
+///
+/// let mut scram = ScramClient::new(SaslMechanism::ScramSha256, "user", &Secret::new("pencil"), "rOprNGfwEbeRWgbNEkqO")?;
+/// assert_eq!(scram.client_first()?, b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
+/// let client_final = scram.handle_server_first(
+///     b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
+/// )?;
+/// assert!(client_final.ends_with(b",p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="));
+/// // The server's signature is verified (in constant time) before success.
+/// scram.handle_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")?;
 /// assert!(scram.is_complete());
+/// # Ok::<(), clink_kafka_wire::sasl::SaslError>(())
 /// ```
 pub struct ScramClient {
     mechanism: SaslMechanism,
