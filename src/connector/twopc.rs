@@ -783,7 +783,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     /// the queued segments.
     pub async fn commit(&mut self, checkpoint: u64) -> Result<()> {
         self.backend()?;
-        if !self.prepared.as_ref().is_some_and(|p| p.checkpoint <= checkpoint) {
+        if self.prepared.as_ref().is_none_or(|p| p.checkpoint > checkpoint) {
             return Ok(());
         }
         let p = self.prepared.take().expect("checked above");
@@ -845,7 +845,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     /// segments at or below it: the restore replays them).
     pub async fn abort(&mut self, checkpoint: u64) -> Result<()> {
         self.backend()?;
-        if !self.prepared.as_ref().is_some_and(|p| p.checkpoint <= checkpoint) {
+        if self.prepared.as_ref().is_none_or(|p| p.checkpoint > checkpoint) {
             return Ok(());
         }
         let p = self.prepared.take().expect("checked above");
