@@ -88,6 +88,17 @@ impl Fixture {
         described[0].1.as_ref().expect("described").state.clone()
     }
 
+    /// A sink of the same transactional id and receipt_dir whose broker
+    /// never answers (resolution is Unreachable after 2 s).
+    fn unreachable_sink(&self) -> TwoPhaseCommitSink {
+        let mut p = self.params(&[]);
+        p.insert("brokers".into(), "127.0.0.1:1".into());
+        let mut o = parse_two_phase_commit(&p, 0, 1).expect("options");
+        o.resolve_unreachable_after = Duration::from_secs(2);
+        o.sink.client.connect_timeout = Some(Duration::from_millis(500));
+        TwoPhaseCommitSink::new(o).expect("sink")
+    }
+
     fn label(&self) -> String {
         format!("{} ({:?})", self.brokers, self.version)
     }
@@ -571,4 +582,65 @@ async fn the_sasl_password_never_reaches_state_rows_receipts_or_logs() {
     let logged = logs.contents();
     assert!(!logged.contains(password), "the password was logged");
     assert!(logged.contains("two-phase-commit sink open"), "logs were captured");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresolved_marker_is_described_before_the_next_open_fences_it() {
+    for (brokers, version) in common::transaction_brokers() {
+        let f = Fixture::new(&brokers, version, "2pc-marker").await;
+        // A commit that landed but whose receipt was lost (a kill between
+        // EndTxn and the receipt), then a resolution that could not reach
+        // the broker: a pending marker.
+        let mut sink = f.sink(&[]);
+        sink.open().await.unwrap();
+        sink.on_data(batch("landed", 8)).await.unwrap();
+        let rows = sink.on_barrier(1).await.unwrap();
+        sink.on_commit(1).await.unwrap();
+        sink.close().await.unwrap();
+        std::fs::remove_file(f.receipts.join("sub0-1")).unwrap();
+        let mut cut_off = f.unreachable_sink();
+        cut_off.restore(&rows).unwrap();
+        let e = cut_off.open().await.unwrap_err();
+        assert!(matches!(e, ConnectorError::InDoubt { checkpoint: 1, .. }), "{e}");
+        let marker = f.receipts.join("sub0-1.unresolved");
+        assert!(std::fs::read_to_string(&marker).unwrap().contains("final=false"));
+        // The engine restores below it; the sink describes the marked
+        // transaction before its init fences it: the commit landed.
+        let mut next = f.sink(&[]);
+        next.open().await.unwrap();
+        let st = next.stats();
+        assert_eq!(
+            (st.markers_consumed, st.markers_found_committed),
+            (1, 1),
+            "{}: {st:?}",
+            f.label()
+        );
+        assert!(f.receipts.join("sub0-1").exists(), "the receipt is materialised");
+        assert!(!marker.exists(), "the marker is retired");
+        next.close().await.unwrap();
+
+        // A prepared transaction that never committed: the marker is
+        // retired, and the init's abort is legitimate.
+        let mut sink = f.sink(&[]);
+        sink.open().await.unwrap();
+        sink.on_data(batch("undecided", 5)).await.unwrap();
+        let rows = sink.on_barrier(2).await.unwrap();
+        sink.close().await.unwrap();
+        let mut cut_off = f.unreachable_sink();
+        cut_off.restore(&rows).unwrap();
+        assert!(cut_off.open().await.is_err());
+        let mut next = f.sink(&[]);
+        next.open().await.unwrap();
+        let st = next.stats();
+        assert_eq!(
+            (st.markers_consumed, st.markers_found_committed),
+            (1, 0),
+            "{}: {st:?}",
+            f.label()
+        );
+        assert!(!f.receipts.join("sub0-2").exists());
+        assert!(!f.receipts.join("sub0-2.unresolved").exists());
+        next.close().await.unwrap();
+        assert_eq!(f.committed(8).await, values("landed", 8), "{}", f.label());
+    }
 }

@@ -36,8 +36,14 @@
 //! unresolved-orphan marker `sub<K>-<N>.unresolved` is written and the
 //! orphan is listed in [`TwoPhaseCommitSink::orphans`]; the sink then opens
 //! (the verdict is final, refusing would not bring the records back).
-//! `Unreachable` is no verdict: the marker is written and `open` fails
-//! with [`ConnectorError::InDoubt`], to be retried. A queued segment in a
+//! `Unreachable` is no verdict: a pending marker (`final=false`) is
+//! written and `open` fails with [`ConnectorError::InDoubt`], to be
+//! retried. Every pending marker not settled by the restored rows (the
+//! engine restored below it) is consumed at the next `open`, still before
+//! `init_transactions`: a read-only DescribeTransactions showing
+//! CompleteCommit / PrepareCommit under the handle's producer id means the
+//! commit landed (the receipt is written there), anything else means the
+//! init's abort is legitimate; no answer fails `open`. A queued segment in a
 //! restored checkpoint never reached Kafka (its records lived in the dead
 //! process's memory): it is reported the same way as a NotCommitted one.
 //!
@@ -52,9 +58,10 @@
 //! `open` when receipts newer than the restored checkpoint exist; this
 //! channel carries no event time, so an armed sink passes each record
 //! through with a loud log (the spec's rule for records it cannot judge).
-//! Not done: receipt pruning, marker consumption by a read-only
-//! DescribeTransactions before opening (a marker is retired when a later
-//! resolution of the same handle commits), horizon-based suppression.
+//! Not done: receipt pruning, horizon-based suppression (no event time or
+//! watermark reaches a sink through the engine traits yet), staging a
+//! queued segment's records into state (a restored checkpoint whose
+//! segment never reached Kafka is reported as an orphan).
 //!
 //! [KIP-98]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging
 //! [KIP-890]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-890%3A+Transactions+Server-Side+Defense
@@ -70,7 +77,11 @@ use super::error::{ConnectorError, Result};
 use super::options::TwoPhaseCommitOptions;
 use super::record::{KafkaMessage, Text};
 use super::{Batch, BoxFuture, DeliveryGuarantee, Sink, SinkCapabilities, StateRow};
-use crate::client::{Decision, Resolver, ResumeHandle, Verdict};
+use crate::client::{Admin, Cluster, Decision, Resolver, ResumeHandle, TransactionState, Verdict};
+use clink_kafka_wire::KafkaCode;
+
+/// TRANSACTIONAL_ID_NOT_FOUND (KIP-664): nothing to describe, nothing to fence.
+const TRANSACTIONAL_ID_NOT_FOUND: KafkaCode = KafkaCode(105);
 
 /// What the transactional sink declares.
 pub const TWO_PHASE_COMMIT: SinkCapabilities = SinkCapabilities {
@@ -246,6 +257,10 @@ pub struct TwoPhaseCommitStats {
     pub replay_suppression_armed: bool,
     /// Records an armed suppression passed through (no event time to judge).
     pub suppression_passed_through: u64,
+    /// Unresolved markers described (read only) at `open`, before fencing.
+    pub markers_consumed: u64,
+    /// Of those, commits that had landed (now receipted).
+    pub markers_found_committed: u64,
 }
 
 /// Receipts and markers for one subtask, under `receipt_dir` (or in memory).
@@ -336,7 +351,50 @@ impl ReceiptStore {
         out
     }
 
-    fn write_marker(&self, orphan: &StagedCheckpoint, reason: &str) -> Result<Option<PathBuf>> {
+    /// Markers left by an unresolved (unreachable) resolution: checkpoint
+    /// and handle, oldest first.
+    fn pending_markers(&self) -> Vec<(u64, ResumeHandle)> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        let prefix = format!("sub{}-", self.subtask);
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for entry in entries.filter_map(|e| e.ok()) {
+            let name = entry.file_name();
+            let Some(n) = name.to_str().and_then(|n| {
+                n.strip_prefix(&prefix)?
+                    .strip_suffix(".unresolved")?
+                    .parse::<u64>()
+                    .ok()
+            }) else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                continue;
+            };
+            if !text.lines().any(|l| l == "final=false") {
+                continue;
+            }
+            if let Some(h) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("handle="))
+                .and_then(|h| h.parse::<ResumeHandle>().ok())
+            {
+                out.push((n, h));
+            }
+        }
+        out.sort_by_key(|(n, _)| *n);
+        out
+    }
+
+    /// Writes `sub<K>-<N>.unresolved`. `final_verdict`: the broker answered
+    /// "not committed" (the marker records a loss); otherwise nothing is
+    /// known yet and the next `open` describes the transaction before its
+    /// init can fence it.
+    fn write_marker(&self, orphan: &StagedCheckpoint, reason: &str, final_verdict: bool) -> Result<Option<PathBuf>> {
         let Some(path) = self.marker_path(orphan.checkpoint) else {
             return Ok(None);
         };
@@ -345,7 +403,7 @@ impl ReceiptStore {
             None => "none (queued segment, never produced)".into(),
         };
         let contents = format!(
-            "checkpoint={}\nrecords={}\ntransactional_id={}\nhandle={handle}\nreason={}\n",
+            "checkpoint={}\nrecords={}\ntransactional_id={}\nhandle={handle}\nfinal={final_verdict}\nreason={}\n",
             orphan.checkpoint,
             orphan.records,
             percent_encode(&orphan.transactional_id),
@@ -526,6 +584,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         if restored.iter().any(|s| s.records > 0) {
             self.resolve_restored(&restored).await?;
         }
+        self.consume_markers().await?;
         let id = self.transactional_id.clone();
         let timeout = self.options.transaction_timeout;
         let handle = self
@@ -595,7 +654,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 }
                 Verdict::Unreachable { .. } => {
                     let reason = verdict.to_string();
-                    let marker = self.receipts.write_marker(staged, &reason)?;
+                    let marker = self.receipts.write_marker(staged, &reason, false)?;
                     tracing::error!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         marker = ?marker, "restored prepared transaction is unresolved; refusing to open (opening \
                         would fence it)");
@@ -610,8 +669,70 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         Ok(())
     }
 
+    /// Before `init_transactions` fences them: each transaction an earlier
+    /// unreachable resolution left marked is described (read only). A
+    /// commit that landed (CompleteCommit / PrepareCommit under the
+    /// handle's producer id) gets its receipt; anything else is undecided or
+    /// aborted, so the init's abort is legitimate and the replay owes it.
+    /// While no broker answers, `open` fails rather than fence blind.
+    async fn consume_markers(&mut self) -> Result<()> {
+        let pending: Vec<(u64, ResumeHandle)> = self
+            .receipts
+            .pending_markers()
+            .into_iter()
+            .filter(|(_, h)| h.transactional_id == self.transactional_id)
+            .collect();
+        let Some((first, _)) = pending.first() else {
+            return Ok(());
+        };
+        let in_doubt = |checkpoint: u64, detail: String| ConnectorError::InDoubt {
+            transactional_id: self.transactional_id.clone(),
+            checkpoint,
+            detail,
+        };
+        let cluster = Cluster::connect(self.options.sink.client_config()?)
+            .await
+            .map_err(|e| {
+                in_doubt(
+                    *first,
+                    format!("describing a marked transaction before fencing it: {e}"),
+                )
+            })?;
+        let admin = Admin::new(cluster);
+        for (checkpoint, handle) in &pending {
+            let described = admin
+                .describe_transactions(&[handle.transactional_id.as_str()])
+                .await
+                .map_err(|e| in_doubt(*checkpoint, format!("describing before fencing: {e}")))?;
+            let landed = match described.into_iter().next().map(|(_, d)| d) {
+                Some(Ok(d)) => {
+                    matches!(
+                        d.state,
+                        TransactionState::CompleteCommit | TransactionState::PrepareCommit
+                    ) && d.producer_id == handle.producer_id
+                        && d.producer_epoch >= handle.producer_epoch
+                }
+                Some(Err(e)) if e.kafka_code() == Some(TRANSACTIONAL_ID_NOT_FOUND) => false,
+                Some(Err(e)) => return Err(in_doubt(*checkpoint, format!("describing before fencing: {e}"))),
+                None => return Err(in_doubt(*checkpoint, "DescribeTransactions answered nothing".into())),
+            };
+            self.stats.markers_consumed += 1;
+            if landed {
+                tracing::info!(checkpoint, handle = %handle, "a marked transaction's commit landed: receipted");
+                self.receipts.write_receipt(*checkpoint, handle)?;
+                self.stats.receipts_written += 1;
+                self.stats.markers_found_committed += 1;
+            } else {
+                tracing::warn!(checkpoint, handle = %handle,
+                    "a marked transaction is not committed: init_transactions aborts it, the replay owes it");
+            }
+            self.receipts.retire_marker(*checkpoint);
+        }
+        Ok(())
+    }
+
     fn orphan(&mut self, staged: &StagedCheckpoint, reason: String) -> Result<()> {
-        let marker = self.receipts.write_marker(staged, &reason)?;
+        let marker = self.receipts.write_marker(staged, &reason, true)?;
         tracing::error!(transactional_id = %staged.transactional_id, checkpoint = staged.checkpoint,
             records = staged.records, reason = %reason, marker = ?marker,
             "a completed checkpoint's records are not committed in Kafka and will not be: unresolved orphan");
@@ -1055,7 +1176,16 @@ mod tests {
             records: 1,
             handle: Some(h),
         };
-        let marker = store.write_marker(&staged, "not committed: fenced").unwrap().unwrap();
+        let marker = store
+            .write_marker(&staged, "not committed: fenced", true)
+            .unwrap()
+            .unwrap();
+        assert!(
+            store.pending_markers().is_empty(),
+            "a final verdict's marker is not pending"
+        );
+        store.write_marker(&staged, "unreachable", false).unwrap();
+        assert_eq!(store.pending_markers(), vec![(5, staged.handle.clone().unwrap())]);
         assert_eq!(marker, dir.join("sub3-5.unresolved"));
         assert_eq!(store.receipts_above(4), vec![9], "a marker is not a receipt");
         store.retire_marker(5);
@@ -1069,6 +1199,6 @@ mod tests {
         };
         memory.write_receipt(2, &handle("tx")).unwrap();
         assert!(memory.has_receipt(2, &handle("tx")).unwrap());
-        assert_eq!(memory.write_marker(&staged, "x").unwrap(), None);
+        assert_eq!(memory.write_marker(&staged, "x", false).unwrap(), None);
     }
 }
