@@ -225,6 +225,7 @@ const SINK_ONLY: &[&str] = &[
     "transaction_timeout_ms",
     "commit_group",
     "replay_suppression",
+    "receipt_dir",
     "acks",
     "compression",
     "linger_ms",

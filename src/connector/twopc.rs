@@ -912,10 +912,19 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         self.advance(Some(checkpoint)).await
     }
 
+    /// Commits `p`; when the commit fails, `p` stays the prepared
+    /// transaction (a retried `on_commit` ends it again: EndTxn is idempotent).
     async fn commit_prepared(&mut self, p: Prepared) -> Result<()> {
         if p.records > 0 {
             let timeout = self.timeout();
-            self.backend()?.commit_transaction(timeout).await?;
+            let committed = match self.backend() {
+                Ok(b) => b.commit_transaction(timeout).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = committed {
+                self.prepared = Some(p);
+                return Err(e);
+            }
             self.stats.transactions_committed += 1;
             self.stats.records_committed += p.records;
             // Between the broker's acknowledgement and the next begin.
@@ -972,7 +981,14 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         let p = self.prepared.take().expect("checked above");
         if p.records > 0 {
             let timeout = self.timeout();
-            self.backend()?.abort_transaction(timeout).await?;
+            let aborted = match self.backend() {
+                Ok(b) => b.abort_transaction(timeout).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = aborted {
+                self.prepared = Some(p);
+                return Err(e);
+            }
             self.stats.transactions_aborted += 1;
             tracing::info!(
                 checkpoint = p.checkpoint,
@@ -1084,6 +1100,170 @@ mod tests {
             producer_epoch: 7,
             transaction_version: TransactionVersion::V2,
         }
+    }
+
+    /// A scripted backend: records each call, fails the first
+    /// `fail_commits` commits, bumps the epoch per commit (as TV2 does).
+    #[derive(Default)]
+    struct Script {
+        calls: Vec<String>,
+        fail_commits: u32,
+        epoch: i16,
+    }
+
+    struct ScriptedBackend(std::sync::Arc<std::sync::Mutex<Script>>);
+
+    impl ScriptedBackend {
+        fn push(&self, call: String) {
+            self.0.lock().unwrap().calls.push(call);
+        }
+    }
+
+    impl crate::connector::ProducerBackend for ScriptedBackend {
+        type Delivery = std::future::Ready<crate::connector::DeliveryOutcome>;
+        async fn connect(&mut self) -> Result<()> {
+            Ok(())
+        }
+        async fn send(&self, _topic: &str, _partition: Option<i32>, message: KafkaMessage) -> Result<Self::Delivery> {
+            self.push(format!("send:{}", String::from_utf8_lossy(message.payload_bytes())));
+            Ok(std::future::ready(Ok((0, 0))))
+        }
+        async fn flush(&self, _timeout: Duration) -> Result<()> {
+            self.push("flush".into());
+            Ok(())
+        }
+        async fn close(&mut self, _timeout: Duration) -> Result<()> {
+            self.push("close".into());
+            Ok(())
+        }
+    }
+
+    impl TransactionalProducerBackend for ScriptedBackend {
+        async fn init_transactions(&mut self, _id: &str, _timeout: Duration) -> Result<ResumeHandle> {
+            self.push("init".into());
+            Ok(self.identity().unwrap())
+        }
+        fn begin_transaction(&mut self) -> Result<()> {
+            self.push("begin".into());
+            Ok(())
+        }
+        async fn commit_transaction(&mut self, _timeout: Duration) -> Result<()> {
+            let mut s = self.0.lock().unwrap();
+            if s.fail_commits > 0 {
+                s.fail_commits -= 1;
+                s.calls.push("commit-failed".into());
+                return Err(ConnectorError::Client(crate::error::Error::Timeout {
+                    operation: "EndTxn".into(),
+                    timeout: Duration::from_secs(1),
+                }));
+            }
+            s.calls.push("commit".into());
+            s.epoch += 1;
+            Ok(())
+        }
+        async fn abort_transaction(&mut self, _timeout: Duration) -> Result<()> {
+            self.push("abort".into());
+            self.0.lock().unwrap().epoch += 1;
+            Ok(())
+        }
+        fn identity(&self) -> Option<ResumeHandle> {
+            let mut h = handle("tx");
+            h.producer_epoch = self.0.lock().unwrap().epoch;
+            Some(h)
+        }
+    }
+
+    fn scripted(
+        fail_commits: u32,
+    ) -> (
+        TwoPhaseCommitSink<ScriptedBackend>,
+        std::sync::Arc<std::sync::Mutex<Script>>,
+    ) {
+        let script = std::sync::Arc::new(std::sync::Mutex::new(Script {
+            fail_commits,
+            ..Script::default()
+        }));
+        let sink = TwoPhaseCommitSink::with_backend(
+            TwoPhaseCommitOptions::new("h:1", "t", "tx"),
+            ScriptedBackend(script.clone()),
+        );
+        (sink, script)
+    }
+
+    fn msgs(v: &[&str]) -> Vec<KafkaMessage> {
+        v.iter().map(|s| KafkaMessage::new(s.to_string())).collect()
+    }
+
+    fn calls(script: &std::sync::Arc<std::sync::Mutex<Script>>) -> Vec<String> {
+        std::mem::take(&mut script.lock().unwrap().calls)
+    }
+
+    #[tokio::test]
+    async fn commits_cascade_through_queued_segments_in_order() {
+        let (mut sink, script) = scripted(0);
+        sink.open_sink().await.unwrap();
+        sink.send_batch(msgs(&["a"])).await.unwrap();
+        let rows = sink.barrier(1).await.unwrap();
+        let handle_at_barrier = StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap().handle.unwrap();
+        sink.send_batch(msgs(&["b"])).await.unwrap();
+        sink.barrier(2).await.unwrap();
+        sink.send_batch(msgs(&["c"])).await.unwrap();
+        assert_eq!(calls(&script), ["init", "begin", "send:a", "flush"]);
+        sink.commit(1).await.unwrap();
+        assert_eq!(calls(&script), ["commit", "begin", "send:b", "flush"]);
+        assert_eq!(sink.prepared_checkpoint(), Some(2));
+        // The receipt holds the handle staged at the barrier (before the epoch bump).
+        assert!(sink.receipts.has_receipt(1, &handle_at_barrier).unwrap());
+        sink.commit(2).await.unwrap();
+        assert_eq!(calls(&script), ["commit", "begin", "send:c"]);
+        // The open tail is aborted at close.
+        sink.close_sink().await.unwrap();
+        assert_eq!(calls(&script), ["abort", "close"]);
+        let e = sink.barrier(3).await.unwrap_err();
+        assert!(matches!(e, ConnectorError::CallOrder { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_keeps_the_prepared_transaction_and_close_leaves_it() {
+        let (mut sink, script) = scripted(1);
+        sink.open_sink().await.unwrap();
+        sink.send_batch(msgs(&["a"])).await.unwrap();
+        sink.barrier(1).await.unwrap();
+        assert!(sink.commit(1).await.is_err());
+        assert_eq!(
+            sink.prepared_checkpoint(),
+            Some(1),
+            "still prepared after a failed commit"
+        );
+        sink.commit(1).await.unwrap();
+        assert_eq!(sink.prepared_checkpoint(), None);
+        sink.send_batch(msgs(&["b"])).await.unwrap();
+        sink.barrier(2).await.unwrap();
+        let e = sink.barrier(2).await.unwrap_err();
+        assert!(matches!(e, ConnectorError::CallOrder { .. }), "{e}");
+        calls(&script);
+        sink.close_sink().await.unwrap();
+        assert!(
+            calls(&script).is_empty(),
+            "no abort and no close: the prepared transaction stays pending"
+        );
+        assert_eq!(sink.stats().transactions_committed, 1);
+    }
+
+    #[tokio::test]
+    async fn an_abort_drops_its_queued_segments_and_the_next_one_becomes_prepared() {
+        let (mut sink, script) = scripted(0);
+        sink.open_sink().await.unwrap();
+        sink.send_batch(msgs(&["a"])).await.unwrap();
+        sink.barrier(1).await.unwrap();
+        sink.send_batch(msgs(&["b"])).await.unwrap();
+        sink.barrier(2).await.unwrap();
+        sink.send_batch(msgs(&["c"])).await.unwrap();
+        sink.barrier(3).await.unwrap();
+        calls(&script);
+        sink.abort(2).await.unwrap();
+        assert_eq!(calls(&script), ["abort", "begin", "send:c", "flush"]);
+        assert_eq!(sink.prepared_checkpoint(), Some(3));
     }
 
     #[test]
