@@ -43,6 +43,9 @@ enum Command {
     Roundtrip(cli::roundtrip::RoundtripArgs),
     /// Transactions: list, describe, resolve an in-doubt one.
     Txn(cli::txn::TxnArgs),
+    /// Test helper: a 2PC sink takes a barrier, prints its state rows, hangs.
+    #[command(hide = true, name = "sink2pc-barrier-and-hang")]
+    Sink2pc(cli::sink2pc::Sink2pcArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -64,6 +67,7 @@ fn main() -> std::process::ExitCode {
             Command::Consume(args) => cli::consume::run(args).await.map(|()| 0),
             Command::Roundtrip(args) => cli::roundtrip::run(args).await.map(|()| 0),
             Command::Txn(args) => cli::txn::run(args).await,
+            Command::Sink2pc(args) => cli::sink2pc::run(args).await.map(|()| 0),
         }
     });
     match result {

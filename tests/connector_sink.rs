@@ -226,6 +226,10 @@ async fn every_factory_name_builds_and_opens() {
         if *name == "kafka_upsert_sink_string" {
             extra.push(("primary_key", "id"));
         }
+        let txn_id = format!("{topic}-factories");
+        if *name == "kafka_2pc_sink_string" {
+            extra.push(("transactional_id", &txn_id));
+        }
         let ctx = BuildContext::new(common::connector::connector_params(&brokers, &topic, &extra)).with_subtask(1, 2);
         let op = registry.build(name, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
         match op {

@@ -81,13 +81,34 @@ fn the_spec_examples_build_the_right_factories() {
 }
 
 #[test]
-fn exactly_once_is_not_available_yet_and_modes_are_checked() {
+fn exactly_once_plans_the_2pc_sink_and_modes_are_checked() {
     let sql = "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
                mode = 'exactly_once', transactional_id = 'tx')";
     let table = parse_create_table(sql).unwrap();
-    let e = plan(&table, TableRole::Sink, 0, 1).unwrap_err();
-    assert!(matches!(e, ConnectorError::NotYetAvailable { .. }), "{e}");
-    assert!(e.to_string().contains("kafka_2pc_sink_string"), "{e}");
+    let (planned, op) = build_table(&registry(), &table, TableRole::Sink, 1, 3).unwrap();
+    assert_eq!(planned.factory, "kafka_2pc_sink_string");
+    assert_eq!(planned.context.param("transactional_id"), Some("tx"));
+    let Operator::TextSink(sink) = op else {
+        panic!("an exactly-once sink table is a text sink: {op:?}")
+    };
+    let caps = sink.capabilities();
+    assert!(caps.two_phase && !caps.commit_recoverable, "{caps:?}");
+    // Without a transactional id the factory names the missing option.
+    let no_id = parse_create_table(
+        "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't', mode = 'exactly_once')",
+    )
+    .unwrap();
+    let e = build_table(&registry(), &no_id, TableRole::Sink, 0, 1).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ConnectorError::MissingOption {
+                option: "transactional_id",
+                ..
+            }
+        ),
+        "{e}"
+    );
     // Reading it reads committed data only.
     let planned = plan(&table, TableRole::Source, 0, 1).unwrap();
     assert_eq!(planned.context.param("kafka.isolation.level"), Some("read_committed"));

@@ -10,6 +10,7 @@ use clink_kafka::wire::secret::Secret;
 pub mod consume;
 pub mod produce;
 pub mod roundtrip;
+pub mod sink2pc;
 pub mod txn;
 
 /// Broker used when neither --brokers nor $CLINK_KAFKA_BROKERS is given

@@ -87,6 +87,19 @@ pub enum ConnectorError {
     /// that found them fails, so no checkpoint covers lost records.
     #[error("{failed} deliveries to {topic:?} failed; first: {first}")]
     DeliveryFailed { topic: String, failed: u64, first: String },
+    /// A restored prepared transaction could not be resolved (the broker
+    /// was unreachable): the two-phase-commit sink refuses to open, because
+    /// opening fences it. Retry later; never a "not committed" verdict.
+    #[error("in-doubt transaction {transactional_id:?} of checkpoint {checkpoint} is unresolved: {detail}")]
+    InDoubt {
+        transactional_id: String,
+        checkpoint: u64,
+        detail: String,
+    },
+    /// A commit receipt or unresolved-orphan marker could not be written
+    /// or read.
+    #[error("commit receipt {path}: {message}")]
+    Receipt { path: String, message: String },
     /// A SQL statement the table front cannot use.
     #[error("SQL: {message}")]
     Sql { message: String },

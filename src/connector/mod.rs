@@ -8,7 +8,8 @@
 //! - string options (a table's `WITH` clause): [`options`] and [`security`];
 //!   the SQL front that produces them: [`sql`];
 //! - batches produced and consumed: [`source`] ([`KafkaSource`]), [`sink`]
-//!   ([`KafkaSink`]), [`upsert`] ([`UpsertSink`]), over the record shapes in
+//!   ([`KafkaSink`]), [`upsert`] ([`UpsertSink`]), [`twopc`]
+//!   ([`TwoPhaseCommitSink`], exactly once), over the record shapes in
 //!   [`record`];
 //! - checkpoints: [`Source::snapshot`] / [`Source::restore`] and the sink
 //!   barrier hooks.
@@ -46,6 +47,7 @@ pub mod security;
 pub mod sink;
 pub mod source;
 pub mod sql;
+pub mod twopc;
 pub mod upsert;
 
 pub use backend::{
@@ -57,6 +59,7 @@ pub use record::{Header, KafkaMessage, Text};
 pub use registry::{install, BuildContext, Operator, Registry};
 pub use sink::{KafkaSink, SinkCounters, TextKafkaSink};
 pub use source::{KafkaSource, ResumeRow, SourceCounters, TextKafkaSource};
+pub use twopc::{Orphan, StagedCheckpoint, TwoPhaseCommitSink, TwoPhaseCommitStats};
 pub use upsert::UpsertSink;
 
 /// A boxed future, so the engine-facing traits stay object safe.

@@ -31,6 +31,8 @@ pub enum FactoryKind {
     TextSink,
     /// `kafka_upsert_sink_string`.
     UpsertSink,
+    /// `kafka_2pc_sink_string`: the two-phase-commit (transactional) sink.
+    TwoPhaseCommitSink,
 }
 
 const COMMON: &[&str] = &["brokers", "topic", "client_id", "metric_prefix"];
@@ -52,6 +54,25 @@ const SINK: &[&str] = &[
     "flush_timeout",
     "fixed_partition",
 ];
+/// The transactional sink's sink options: no `acks` (a transactional
+/// producer is idempotent with acks=all, always).
+const TWO_PC_SINK: &[&str] = &[
+    "compression",
+    "linger_ms",
+    "produce_timeout",
+    "flush_timeout",
+    "fixed_partition",
+];
+/// The transactional sink's own options (the spec's table), plus
+/// `receipt_dir` (where commit receipts and unresolved-orphan markers live:
+/// the engine's `<checkpoint_dir>/_jobs/<job_id>/receipts`).
+const TWO_PC: &[&str] = &[
+    "transactional_id",
+    "transaction_timeout_ms",
+    "commit_group",
+    "replay_suppression",
+    "receipt_dir",
+];
 const STRING_FORMAT: &[&str] = &[
     "format",
     "schema_registry_url",
@@ -68,6 +89,7 @@ impl FactoryKind {
             FactoryKind::MessageSink => "kafka_message_sink",
             FactoryKind::TextSink => "kafka_text_sink",
             FactoryKind::UpsertSink => "kafka_upsert_sink_string",
+            FactoryKind::TwoPhaseCommitSink => "kafka_2pc_sink_string",
         }
     }
 
@@ -95,15 +117,20 @@ impl FactoryKind {
                 v.extend(STRING_FORMAT);
                 v.push("primary_key");
             }
+            FactoryKind::TwoPhaseCommitSink => {
+                v.extend(TWO_PC_SINK);
+                v.extend(STRING_FORMAT);
+                v.extend(TWO_PC);
+            }
         }
         v
     }
 
     fn default_client_id(self) -> &'static str {
-        if self.is_source() {
-            "clink-source"
-        } else {
-            "clink-sink"
+        match self {
+            k if k.is_source() => "clink-source",
+            FactoryKind::TwoPhaseCommitSink => "clink-sink-2pc",
+            _ => "clink-sink",
         }
     }
 }
@@ -385,6 +412,8 @@ enum Scope {
     Any,
     Source,
     Sink,
+    /// Only `kafka_2pc_sink_string`.
+    Transactional,
 }
 
 /// librdkafka property → (canonical setting, which factories read it).
@@ -419,6 +448,8 @@ fn passthrough(property: &str) -> Option<(&'static str, Scope)> {
         "message.timeout.ms" | "delivery.timeout.ms" => ("message.timeout.ms", Sink),
         "request.timeout.ms" => ("request.timeout.ms", Sink),
         "enable.idempotence" => ("enable.idempotence", Sink),
+        "transactional.id" => ("transactional_id", Transactional),
+        "transaction.timeout.ms" => ("transaction_timeout_ms", Transactional),
         _ => return None,
     })
 }
@@ -437,9 +468,6 @@ fn unsupported_reason(property: &str) -> String {
             "the source assigns partitions itself and never joins or commits to a consumer group; the engine's \
              checkpoints are the resume authority"
                 .into()
-        }
-        "transactional.id" | "transaction.timeout.ms" => {
-            "transactions belong to kafka_2pc_sink_string, which is not available yet".into()
         }
         p if p.starts_with("ssl.") || p.starts_with("sasl.") => {
             "this security property is not supported by the native client (supported: security.protocol, \
@@ -496,6 +524,9 @@ fn collect(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<(Inpu
                         Scope::Any => None,
                         Scope::Source if !kind.is_source() => Some("a consumer property, and this is a sink"),
                         Scope::Sink if kind.is_source() => Some("a producer property, and this is a source"),
+                        Scope::Transactional if kind != FactoryKind::TwoPhaseCommitSink => {
+                            Some("a transaction property: transactions belong to kafka_2pc_sink_string")
+                        }
                         _ => None,
                     };
                     if let Some(why) = wrong {
@@ -846,6 +877,7 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
     let (b, bk) = required(inputs, "brokers", kind)?;
     let (t, tk) = required(inputs, "topic", kind)?;
     let mut o = SinkOptions::new(parse_brokers(bk, b)?, parse_topic(tk, t)?);
+    o.client_id = kind.default_client_id().into();
     if let Some((v, k)) = inputs.get("client_id") {
         o.client_id = non_empty(k, v)?;
     }
@@ -876,7 +908,10 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
     if let Some((v, k)) = inputs.get("metric_prefix") {
         o.metric_prefix = Some(non_empty(k, v)?);
     }
-    if matches!(kind, FactoryKind::TextSink | FactoryKind::UpsertSink) {
+    if matches!(
+        kind,
+        FactoryKind::TextSink | FactoryKind::UpsertSink | FactoryKind::TwoPhaseCommitSink
+    ) {
         check_format(inputs)?;
     }
     let usize_in = |name: &str, min: u64, scale: u64| {
@@ -931,6 +966,146 @@ pub fn parse_upsert(params: &BTreeMap<String, String>) -> Result<UpsertOptions> 
     })
 }
 
+/// The transactional sink's options (`kafka_2pc_sink_string`).
+#[derive(Clone, Debug)]
+pub struct TwoPhaseCommitOptions {
+    /// brokers, topic, client_id (default `clink-sink-2pc`), compression,
+    /// linger_ms, security; `acks` is always `all`, idempotence always on.
+    pub sink: SinkOptions,
+    /// `transactional_id` as given.
+    pub transactional_id: String,
+    pub subtask_index: u32,
+    pub parallelism: u32,
+    /// `transaction_timeout_ms` (default 60000); also the message timeout.
+    pub transaction_timeout: Duration,
+    /// `commit_group`: declared membership only (no cross-sink atomicity).
+    pub commit_group: Option<String>,
+    /// `replay_suppression` (default true).
+    pub replay_suppression: bool,
+    /// `receipt_dir`: where commit receipts (`sub<K>-<N>`) and
+    /// unresolved-orphan markers (`sub<K>-<N>.unresolved`) are written.
+    /// `None`: receipts are kept in memory only and markers only logged.
+    pub receipt_dir: Option<std::path::PathBuf>,
+    /// Bound on retrying transport failures while resolving a restored
+    /// prepared transaction before `open` fails (not an option: a field).
+    pub resolve_unreachable_after: Duration,
+}
+
+impl TwoPhaseCommitOptions {
+    /// The struct defaults for `brokers`, `topic` and `transactional_id`: a
+    /// standalone sink.
+    pub fn new(brokers: impl Into<String>, topic: impl Into<String>, transactional_id: impl Into<String>) -> Self {
+        let mut sink = SinkOptions::new(brokers, topic);
+        sink.client_id = FactoryKind::TwoPhaseCommitSink.default_client_id().into();
+        TwoPhaseCommitOptions {
+            sink,
+            transactional_id: transactional_id.into(),
+            subtask_index: 0,
+            parallelism: 1,
+            transaction_timeout: Duration::from_millis(60_000),
+            commit_group: None,
+            replay_suppression: true,
+            receipt_dir: None,
+            resolve_unreachable_after: Duration::from_secs(30),
+        }
+    }
+
+    /// The transactional id this subtask's producer uses: `transactional_id`,
+    /// with `-<subtask_index>` appended when `parallelism > 1` (the spec).
+    pub fn subtask_transactional_id(&self) -> String {
+        if self.parallelism > 1 {
+            format!("{}-{}", self.transactional_id, self.subtask_index)
+        } else {
+            self.transactional_id.clone()
+        }
+    }
+}
+
+/// Parses `kafka_2pc_sink_string`'s parameters.
+pub fn parse_two_phase_commit(
+    params: &BTreeMap<String, String>,
+    subtask_index: u32,
+    parallelism: u32,
+) -> Result<TwoPhaseCommitOptions> {
+    let kind = FactoryKind::TwoPhaseCommitSink;
+    if parallelism == 0 || subtask_index >= parallelism {
+        return Err(ConnectorError::invalid(
+            "subtask_index",
+            subtask_index.to_string(),
+            format!("a subtask index below the parallelism ({parallelism}), which must be at least 1"),
+        ));
+    }
+    let (inputs, security) = collect(kind, params)?;
+    let sink = sink_from_inputs(kind, &inputs, security)?;
+    if let Some((v, k)) = inputs.get("acks") {
+        if sink.acks != Acks::All {
+            return Err(ConnectorError::invalid(
+                k,
+                v,
+                "all (a transactional producer is idempotent and needs acks=all)",
+            ));
+        }
+    }
+    if let Some((v, k)) = inputs.get("enable.idempotence") {
+        if !parse_bool(k, v)? {
+            return Err(ConnectorError::invalid(
+                k,
+                v,
+                "true (a transactional producer is idempotent)",
+            ));
+        }
+    }
+    let (id, idk) = required(&inputs, "transactional_id", kind)?;
+    let id = id.trim();
+    // Kafka's limit on a transactional id is a short string's (i16) length.
+    if id.len() > 32_000 || id.chars().any(char::is_control) {
+        return Err(ConnectorError::invalid(
+            idk,
+            id,
+            "a transactional id: 1 to 32000 bytes, no control characters",
+        ));
+    }
+    let mut o = TwoPhaseCommitOptions::new(sink.brokers.clone(), sink.topic.clone(), id);
+    o.sink = sink;
+    o.subtask_index = subtask_index;
+    o.parallelism = parallelism;
+    if let Some((v, k)) = inputs.get("transaction_timeout_ms") {
+        o.transaction_timeout = parse_ms(k, v)?;
+        if o.transaction_timeout.is_zero() {
+            return Err(ConnectorError::invalid(
+                k,
+                v,
+                format!("a positive integer number of milliseconds up to {}", i32::MAX),
+            ));
+        }
+    }
+    // librdkafka requires message.timeout.ms <= transaction.timeout.ms; the
+    // sink sets it to the transaction timeout.
+    if let (Some(delivery), Some((v, k))) = (o.sink.producer.delivery_timeout, inputs.get("message.timeout.ms")) {
+        if delivery > o.transaction_timeout {
+            return Err(ConnectorError::invalid(
+                k,
+                v,
+                format!(
+                    "at most transaction_timeout_ms ({} ms): a record cannot outlive its transaction",
+                    o.transaction_timeout.as_millis()
+                ),
+            ));
+        }
+    }
+    o.sink.producer.delivery_timeout = Some(o.transaction_timeout);
+    if let Some((v, k)) = inputs.get("commit_group") {
+        o.commit_group = Some(non_empty(k, v)?);
+    }
+    if let Some((v, k)) = inputs.get("replay_suppression") {
+        o.replay_suppression = parse_bool(k, v)?;
+    }
+    if let Some((v, k)) = inputs.get("receipt_dir") {
+        o.receipt_dir = Some(non_empty(k, v)?.into());
+    }
+    Ok(o)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -963,6 +1138,77 @@ mod tests {
         assert_eq!(o.flush_timeout, Duration::from_millis(30_000));
         assert_eq!(o.fixed_partition, None);
         assert!(o.producer_config().unwrap().idempotent);
+    }
+
+    #[test]
+    fn two_phase_commit_defaults_follow_the_spec() {
+        let base = [("brokers", "h:1"), ("topic", "t"), ("transactional_id", "tx")];
+        let o = parse_two_phase_commit(&p(&base), 0, 1).unwrap();
+        assert_eq!(o.sink.client_id, "clink-sink-2pc");
+        assert_eq!(o.transaction_timeout, Duration::from_millis(60_000));
+        assert_eq!(o.sink.producer.delivery_timeout, Some(o.transaction_timeout));
+        assert!(o.replay_suppression);
+        assert_eq!(o.commit_group, None);
+        assert_eq!(o.subtask_transactional_id(), "tx");
+        assert_eq!(o.sink.acks, Acks::All);
+        let o = parse_two_phase_commit(&p(&base), 2, 3).unwrap();
+        assert_eq!(o.subtask_transactional_id(), "tx-2");
+        let o = parse_two_phase_commit(
+            &p(&[("kafka.transactional.id", "tx2"), ("brokers", "h:1"), ("topic", "t")]),
+            0,
+            1,
+        )
+        .unwrap();
+        assert_eq!(o.transactional_id, "tx2");
+    }
+
+    #[test]
+    fn two_phase_commit_refusals_name_the_option() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = vec![("brokers", "h:1"), ("topic", "t"), ("transactional_id", "tx")];
+            v.extend_from_slice(extra);
+            parse_two_phase_commit(&p(&v), 0, 1).unwrap_err()
+        };
+        let e = parse_two_phase_commit(&p(&[("brokers", "h:1"), ("topic", "t")]), 0, 1).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConnectorError::MissingOption {
+                    option: "transactional_id",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(with(&[("acks", "all")]).option(), Some("acks"));
+        assert_eq!(with(&[("kafka.acks", "1")]).option(), Some("kafka.acks"));
+        assert_eq!(
+            with(&[("kafka.enable.idempotence", "false")]).option(),
+            Some("kafka.enable.idempotence")
+        );
+        assert_eq!(
+            with(&[("transaction_timeout_ms", "0")]).option(),
+            Some("transaction_timeout_ms")
+        );
+        assert_eq!(
+            with(&[("transaction_timeout_ms", "soon")]).option(),
+            Some("transaction_timeout_ms")
+        );
+        assert_eq!(
+            with(&[("replay_suppression", "maybe")]).option(),
+            Some("replay_suppression")
+        );
+        assert_eq!(with(&[("commit_group", " ")]).option(), Some("commit_group"));
+        let e = with(&[("transaction_timeout_ms", "1000"), ("kafka.message.timeout.ms", "5000")]);
+        assert_eq!(e.option(), Some("kafka.message.timeout.ms"), "{e}");
+        let e = with(&[("transactional_idd", "x")]);
+        assert!(e.to_string().contains("transactional_id"), "{e}");
+        let e = parse_sink(
+            FactoryKind::TextSink,
+            &p(&[("brokers", "h:1"), ("topic", "t"), ("kafka.transactional.id", "x")]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("kafka_2pc_sink_string"), "{e}");
     }
 
     #[test]

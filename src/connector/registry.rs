@@ -8,9 +8,7 @@
 //! | `kafka_message_sink` | [`KafkaSink`] of [`KafkaMessage`] |
 //! | `kafka_text_sink`, `kafka_sink_string` | [`TextKafkaSink`] (one builder) |
 //! | `kafka_upsert_sink_string` | [`UpsertSink`] |
-//!
-//! `kafka_2pc_sink_string` is registered by the two-phase-commit sink when
-//! it lands; until then nothing answers to that name.
+//! | `kafka_2pc_sink_string` | [`TwoPhaseCommitSink`] (transactional id per subtask) |
 //!
 //! Builders parse and validate every option (and refuse insecure or
 //! unsupported configurations) without touching the network: I/O starts at
@@ -26,6 +24,7 @@ use super::record::{KafkaMessage, Text};
 use super::security::is_secret_option;
 use super::sink::{KafkaSink, TextKafkaSink};
 use super::source::{KafkaSource, TextKafkaSource};
+use super::twopc::TwoPhaseCommitSink;
 use super::upsert::UpsertSink;
 use super::{Sink, Source};
 
@@ -267,6 +266,11 @@ fn build_upsert_sink(ctx: &BuildContext) -> Result<Operator> {
     Ok(Operator::TextSink(Box::new(UpsertSink::new(o)?)))
 }
 
+fn build_two_phase_commit_sink(ctx: &BuildContext) -> Result<Operator> {
+    let o = options::parse_two_phase_commit(ctx.params(), ctx.subtask_index(), ctx.parallelism())?;
+    Ok(Operator::TextSink(Box::new(TwoPhaseCommitSink::new(o)?)))
+}
+
 /// The names [`install`] registers.
 pub const FACTORY_NAMES: &[&str] = &[
     "kafka_message_source",
@@ -276,6 +280,7 @@ pub const FACTORY_NAMES: &[&str] = &[
     "kafka_text_sink",
     "kafka_sink_string",
     "kafka_upsert_sink_string",
+    "kafka_2pc_sink_string",
 ];
 
 /// Registers the Kafka factories (spec: `clink::kafka::install(registry)`).
@@ -292,6 +297,10 @@ pub fn install(registry: &mut Registry) -> Result<()> {
     registry.register("kafka_text_sink", text_sink.clone())?;
     registry.register("kafka_sink_string", text_sink)?;
     registry.register("kafka_upsert_sink_string", upsert_sink)?;
+    registry.register(
+        "kafka_2pc_sink_string",
+        Factory::new(FactoryKind::TwoPhaseCommitSink, build_two_phase_commit_sink),
+    )?;
     Ok(())
 }
 
@@ -300,7 +309,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn aliases_share_one_builder_and_2pc_is_absent() {
+    fn aliases_share_one_builder_and_2pc_is_registered() {
         let mut r = Registry::new();
         install(&mut r).unwrap();
         let names: Vec<&str> = r.names().collect();
@@ -315,9 +324,19 @@ mod tests {
             &r.get("kafka_text_sink").unwrap(),
             &r.get("kafka_sink_string").unwrap()
         ));
-        assert!(r.get("kafka_2pc_sink_string").is_none());
         let e = r.build("kafka_2pc_sink_string", &BuildContext::default()).unwrap_err();
-        assert!(matches!(e, ConnectorError::UnknownFactory { .. }), "{e}");
+        assert!(matches!(e, ConnectorError::MissingOption { .. }), "{e}");
+        let ctx =
+            BuildContext::new([("brokers", "h:1"), ("topic", "t"), ("transactional_id", "tx")]).with_subtask(1, 2);
+        let Operator::TextSink(sink) = r.build("kafka_2pc_sink_string", &ctx).unwrap() else {
+            panic!("the 2PC sink is a text sink");
+        };
+        let caps = sink.capabilities();
+        assert!(
+            caps.two_phase && !caps.commit_recoverable && caps.stages_state,
+            "{caps:?}"
+        );
+        assert_eq!(caps.delivery, super::super::DeliveryGuarantee::ExactlyOnce);
         assert!(install(&mut r).is_err(), "a second install is a duplicate");
     }
 

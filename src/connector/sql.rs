@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | absent, `append` | `kafka_source_string` | `kafka_sink_string` |
 //! | `upsert` | `kafka_source_string` | `kafka_upsert_sink_string` |
-//! | `exactly_once` | `kafka_source_string`, `read_committed` | `kafka_2pc_sink_string`: not available yet, an error |
+//! | `exactly_once` | `kafka_source_string`, `read_committed` | `kafka_2pc_sink_string` (needs `transactional_id`) |
 //!
 //! Option keys are identifiers: unquoted ones are case-folded, and a dotted
 //! key needs double quotes to stay one key (`"kafka.client.rack" = '…'`);
@@ -225,6 +225,7 @@ const SINK_ONLY: &[&str] = &[
     "transaction_timeout_ms",
     "commit_group",
     "replay_suppression",
+    "receipt_dir",
     "acks",
     "compression",
     "linger_ms",
@@ -293,14 +294,7 @@ pub fn plan(table: &TableDefinition, role: TableRole, subtask_index: u32, parall
         }
         (TableRole::Sink, TableMode::Append) => "kafka_sink_string",
         (TableRole::Sink, TableMode::Upsert) => "kafka_upsert_sink_string",
-        (TableRole::Sink, TableMode::ExactlyOnce) => {
-            return Err(ConnectorError::NotYetAvailable {
-                what: format!("mode='exactly_once' for table {:?} (kafka_2pc_sink_string)", table.name),
-                reason: "the two-phase-commit sink is the next piece of work; use mode='upsert' or the default \
-                         at-least-once mode"
-                    .into(),
-            })
-        }
+        (TableRole::Sink, TableMode::ExactlyOnce) => "kafka_2pc_sink_string",
     };
     if role == TableRole::Sink {
         params.retain(|k, _| !SOURCE_ONLY.contains(&k.as_str()));
