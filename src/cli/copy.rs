@@ -461,7 +461,12 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
                 }
             } else {
                 state.write_marker("CONFIRMED", n)?;
-                eprintln!("copy: restored from checkpoint {n}: its commit is confirmed now");
+                let stats = sink.stats();
+                eprintln!(
+                    "copy: restored from checkpoint {n}: its commit is confirmed now (resolved by receipt: {}, \
+                     over the wire: {})",
+                    stats.resolved_by_receipt, stats.resolved_over_the_wire
+                );
                 Some(cp)
             }
         }
