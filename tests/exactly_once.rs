@@ -256,18 +256,18 @@ async fn scenario(
             ));
         }
     };
+    let got = common::read_committed_values(cluster, &out, PARTITIONS, RECORDS as usize).await;
+    if let Some(diff) = multiset_difference(expected, &got) {
+        return Err(format!("output of {out}: {diff}"));
+    }
+    if records != RECORDS {
+        return Err(format!("the job reported {records} records copied, not {RECORDS}"));
+    }
     if let Some(want) = scenario.restored {
         let stderr = first_restart_stderr.unwrap_or_default();
         if !stderr.contains(want) {
             return Err(format!("the first restart did not say {want:?}; stderr:\n{stderr}"));
         }
-    }
-    if records != RECORDS {
-        return Err(format!("the job reported {records} records copied, not {RECORDS}"));
-    }
-    let got = common::read_committed_values(cluster, &out, PARTITIONS, RECORDS as usize).await;
-    if let Some(diff) = multiset_difference(expected, &got) {
-        return Err(format!("output of {out}: {diff}"));
     }
     let _ = std::fs::remove_dir_all(&work);
     Ok(format!(
