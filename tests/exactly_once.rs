@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{Cluster, NewTopic, Producer, ProducerConfig, ProducerRecord};
+use clink_kafka::client::{
+    ClientConfig, Cluster, NewTopic, Producer, ProducerConfig, ProducerRecord, TransactionalProducer, TxnConfig,
+};
+use clink_kafka::wire::sasl::SaslMechanism;
 
 const BIN: &str = env!("CARGO_BIN_EXE_clink-kafka");
 const RECORDS: u64 = 20_000;
@@ -30,6 +33,9 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(180);
 struct Scenario {
     name: &'static str,
     faults: &'static [&'static str],
+    /// After the faults: another producer takes the transactional id
+    /// (InitProducerId fences the dead one and aborts its transaction).
+    fence: bool,
     restored: Option<&'static str>,
 }
 
@@ -44,47 +50,64 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "baseline",
         faults: &[],
+        fence: false,
         restored: None,
     },
     Scenario {
         name: "mid-batch",
         faults: &["mid-batch:4"],
+        fence: false,
         restored: None,
     },
     Scenario {
         name: "after-barrier",
         faults: &["after-barrier:2"],
+        fence: false,
         restored: Some("restored from confirmed checkpoint 1"),
     },
     Scenario {
         name: "after-state-written",
         faults: &["after-state-written:2"],
+        fence: false,
         restored: Some("restored from confirmed checkpoint 1"),
     },
     Scenario {
         name: "after-completed",
         faults: &["after-completed:2"],
+        fence: false,
         restored: Some(OVER_THE_WIRE),
     },
     Scenario {
         name: "after-end-txn",
         faults: &["after-end-txn:2"],
+        fence: false,
         restored: Some(OVER_THE_WIRE),
     },
     Scenario {
         name: "after-commit",
         faults: &["after-commit:2"],
+        fence: false,
         restored: Some(BY_RECEIPT),
     },
     Scenario {
         name: "after-confirmed",
         faults: &["after-confirmed:2"],
+        fence: false,
         restored: Some("restored from confirmed checkpoint 2"),
     },
     Scenario {
         name: "after-recovery-open",
         faults: &["after-completed:2", "after-recovery-open"],
+        fence: false,
         restored: Some(BY_RECEIPT),
+    },
+    Scenario {
+        name: "fenced-after-completed",
+        faults: &["after-completed:2"],
+        fence: true,
+        restored: Some(
+            "checkpoint 2's transaction is not committed and cannot be: restoring from confirmed checkpoint 1",
+        ),
     },
 ];
 
@@ -94,11 +117,49 @@ struct Run {
     stderr: String,
 }
 
-fn run_copy(brokers: &str, from: &str, to: &str, state: &Path, txn_id: &str, fault: Option<&str>, log: &Path) -> Run {
+/// How the job reaches the cluster: `--brokers` and security options, their
+/// environment, and a secret that must never reach a file or a log.
+struct Job {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    secret: Option<String>,
+}
+
+impl Job {
+    fn plaintext(brokers: &str) -> Job {
+        Job {
+            args: vec!["--brokers".into(), brokers.into()],
+            env: Vec::new(),
+            secret: None,
+        }
+    }
+}
+
+/// Files under `dir` (recursively) that contain `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+fn run_copy(job: &Job, from: &str, to: &str, state: &Path, txn_id: &str, fault: Option<&str>, log: &Path) -> Run {
     let out_path = log.with_extension("out");
     let err_path = log.with_extension("err");
     let mut cmd = Command::new(BIN);
-    cmd.args(["copy", "--brokers", brokers, "--from", from, "--to", to])
+    cmd.arg("copy")
+        .args(&job.args)
+        .envs(job.env.iter().map(|(k, v)| (k, v)))
+        .args(["--from", from, "--to", to])
         .arg("--state-dir")
         .arg(state)
         .args(["--transactional-id", txn_id])
@@ -174,6 +235,14 @@ async fn fill_input(cluster: &Cluster, topic: &str) -> Vec<String> {
     values
 }
 
+/// Takes `txn_id` over: the broker aborts the dead producer's transaction.
+async fn fence(cluster: &Cluster, txn_id: &str) {
+    let producer = TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(txn_id))
+        .await
+        .expect("fencing the transactional id");
+    producer.close().await.expect("closing the fencing producer");
+}
+
 /// Every value of `expected` exactly once in `got`: a short description of
 /// what differs, or `None`.
 fn multiset_difference(expected: &[String], got: &[String]) -> Option<String> {
@@ -202,7 +271,7 @@ fn multiset_difference(expected: &[String], got: &[String]) -> Option<String> {
 
 /// Runs one scenario; `Err` describes what went wrong.
 async fn scenario(
-    brokers: &str,
+    job: &Job,
     cluster: &Cluster,
     input: &str,
     expected: &[String],
@@ -221,7 +290,7 @@ async fn scenario(
         work.join(format!("run-{step}"))
     };
     for fault in scenario.faults {
-        let run = run_copy(brokers, input, &out, &state, &txn_id, Some(fault), &log(&mut step));
+        let run = run_copy(job, input, &out, &state, &txn_id, Some(fault), &log(&mut step));
         if run.status.signal() != Some(9) {
             return Err(format!(
                 "fault {fault}: expected death by SIGKILL, got {:?}; stderr:\n{}",
@@ -236,10 +305,13 @@ async fn scenario(
             ));
         }
     }
+    if scenario.fence {
+        fence(cluster, &txn_id).await;
+    }
     let mut restarts = 0;
     let mut first_restart_stderr = None;
     let (records, checkpoints) = loop {
-        let run = run_copy(brokers, input, &out, &state, &txn_id, None, &log(&mut step));
+        let run = run_copy(job, input, &out, &state, &txn_id, None, &log(&mut step));
         if !scenario.faults.is_empty() {
             restarts += 1;
         }
@@ -269,21 +341,27 @@ async fn scenario(
             return Err(format!("the first restart did not say {want:?}; stderr:\n{stderr}"));
         }
     }
+    if let Some(secret) = &job.secret {
+        let leaked = files_containing(&work, secret);
+        if !leaked.is_empty() {
+            return Err(format!("the secret reached {leaked:?}"));
+        }
+    }
     let _ = std::fs::remove_dir_all(&work);
     Ok(format!(
-        "{tag} {:<20} kills={} restarts={restarts} checkpoints={checkpoints} records={records} exactly once",
+        "{tag} {:<22} kills={} restarts={restarts} checkpoints={checkpoints} records={records} exactly once",
         scenario.name,
         scenario.faults.len()
     ))
 }
 
-async fn every_fault_point(brokers: &str, tag: &str) {
-    let cluster = common::cluster(common::config(brokers)).await;
+async fn every_fault_point(job: &Job, config: ClientConfig, tag: &str, only: Option<&[&str]>) {
+    let cluster = common::cluster(config).await;
     let input = common::unique_topic(&format!("eo-{tag}-in"));
     let expected = fill_input(&cluster, &input).await;
     let mut failures = Vec::new();
-    for s in SCENARIOS {
-        match scenario(brokers, &cluster, &input, &expected, s, tag).await {
+    for s in SCENARIOS.iter().filter(|s| only.is_none_or(|o| o.contains(&s.name))) {
+        match scenario(job, &cluster, &input, &expected, s, tag).await {
             Ok(line) => eprintln!("{line}"),
             Err(e) => {
                 eprintln!("{tag} {}: FAILED: {e}", s.name);
@@ -302,13 +380,45 @@ async fn every_fault_point(brokers: &str, tag: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_is_exactly_once_across_sigkill_at_every_fault_point_tv2() {
     let Some(brokers) = common::brokers() else { return };
-    every_fault_point(&brokers, "tv2").await;
+    every_fault_point(&Job::plaintext(&brokers), common::config(&brokers), "tv2", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_is_exactly_once_across_sigkill_at_every_fault_point_tv1() {
     let Some(brokers) = common::tv1_brokers() else { return };
-    every_fault_point(&brokers, "tv1").await;
+    every_fault_point(&Job::plaintext(&brokers), common::config(&brokers), "tv1", None).await;
+}
+
+/// Over SCRAM-SHA-512: the source, the sink and the restore-time resolver
+/// all authenticate; the password reaches no state file, receipt or log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_over_sasl_resolves_and_never_writes_the_password() {
+    let Some(sasl) = common::sasl() else { return };
+    let job = Job {
+        args: [
+            "--brokers",
+            &sasl.brokers,
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--sasl-username",
+            &sasl.username,
+            "--sasl-password-env",
+            "CLINK_COPY_TEST_SASL_PASSWORD",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        env: vec![("CLINK_COPY_TEST_SASL_PASSWORD".into(), sasl.password.clone())],
+        secret: Some(sasl.password.clone()),
+    };
+    let mut config = sasl.config(SaslMechanism::ScramSha512, &sasl.password);
+    config.request_timeout = Duration::from_secs(15);
+    every_fault_point(
+        &job,
+        config,
+        "sasl",
+        Some(&["after-completed", "after-end-txn", "after-commit"]),
+    )
+    .await;
 }
 
 #[test]

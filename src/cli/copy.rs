@@ -215,9 +215,10 @@ fn arm_faults() -> anyhow::Result<()> {
         eprintln!("copy: fault armed: {}:{}", f.point.name(), f.at);
     }
     let _ = FAULT.set(fault);
-    set_step_hook(|step| match step {
-        SinkStep::AfterEndTxn => fault_point(FaultPoint::AfterEndTxn),
-        _ => {}
+    set_step_hook(|step| {
+        if step == SinkStep::AfterEndTxn {
+            fault_point(FaultPoint::AfterEndTxn);
+        }
     });
     Ok(())
 }
@@ -290,7 +291,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
