@@ -3,7 +3,12 @@
 //! SIGKILLed at every named fault point (`CLINK_KAFKA_FAULT`), restarted
 //! without the fault until it exits 0, and the output topic read with
 //! read_committed holds every input record exactly once. Against the
-//! transaction.version 2 broker and the transaction.version 1 one.
+//! transaction.version 2 broker and the transaction.version 1 one; plus a
+//! completed checkpoint whose transaction another producer fenced (abandoned,
+//! replayed from the newest confirmed one), a SCRAM-SHA-512 run whose
+//! password must reach no file, and time-triggered checkpoints. Each restart
+//! must also report the restore path its fault implies (confirmed
+//! checkpoint, resolved over the wire, resolved by receipt).
 
 mod common;
 
@@ -123,6 +128,8 @@ struct Job {
     args: Vec<String>,
     env: Vec<(String, String)>,
     secret: Option<String>,
+    /// `--checkpoint-every-records N` or `--checkpoint-interval-ms MS`.
+    trigger: [String; 2],
 }
 
 impl Job {
@@ -131,6 +138,7 @@ impl Job {
             args: vec!["--brokers".into(), brokers.into()],
             env: Vec::new(),
             secret: None,
+            trigger: ["--checkpoint-every-records".into(), CHECKPOINT_EVERY.to_string()],
         }
     }
 }
@@ -163,7 +171,7 @@ fn run_copy(job: &Job, from: &str, to: &str, state: &Path, txn_id: &str, fault: 
         .arg("--state-dir")
         .arg(state)
         .args(["--transactional-id", txn_id])
-        .args(["--checkpoint-every-records", &CHECKPOINT_EVERY.to_string()])
+        .args(&job.trigger)
         .args(["--until-idle-ms", "5000", "--expected", &RECORDS.to_string()])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
@@ -409,6 +417,7 @@ async fn copy_over_sasl_resolves_and_never_writes_the_password() {
         .to_vec(),
         env: vec![("CLINK_COPY_TEST_SASL_PASSWORD".into(), sasl.password.clone())],
         secret: Some(sasl.password.clone()),
+        trigger: ["--checkpoint-every-records".into(), CHECKPOINT_EVERY.to_string()],
     };
     let mut config = sasl.config(SaslMechanism::ScramSha512, &sasl.password);
     config.request_timeout = Duration::from_secs(15);
@@ -417,6 +426,23 @@ async fn copy_over_sasl_resolves_and_never_writes_the_password() {
         config,
         "sasl",
         Some(&["after-completed", "after-end-txn", "after-commit"]),
+    )
+    .await;
+}
+
+/// Checkpoints by time instead of by count: every millisecond, so about
+/// one per batch (how many depends on the machine, so only the scenarios
+/// whose fault does not name a checkpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_with_a_checkpoint_interval_is_exactly_once() {
+    let Some(brokers) = common::brokers() else { return };
+    let mut job = Job::plaintext(&brokers);
+    job.trigger = ["--checkpoint-interval-ms".into(), "1".into()];
+    every_fault_point(
+        &job,
+        common::config(&brokers),
+        "interval",
+        Some(&["baseline", "mid-batch"]),
     )
     .await;
 }

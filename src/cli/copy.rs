@@ -281,9 +281,12 @@ struct Checkpoint {
 }
 
 /// The coordinator's directory: `chk-<n>.state`, `COMPLETED-<n>`,
-/// `CONFIRMED-<n>`, `ABANDONED-<n>`, `receipts/`.
+/// `CONFIRMED-<n>`, `ABANDONED-<n>`, `receipts/`. Each state file names the
+/// job (topics, transactional id): another job's state is refused.
 struct StateDir {
     dir: PathBuf,
+    /// `from=…`, `to=…`, `transactional-id=…` lines.
+    job: String,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -301,9 +304,17 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 impl StateDir {
-    fn open(dir: &Path) -> anyhow::Result<StateDir> {
+    fn open(dir: &Path, from: &str, to: &str, transactional_id: &str) -> anyhow::Result<StateDir> {
+        for (option, value) in [("--from", from), ("--to", to), ("--transactional-id", transactional_id)] {
+            if value.is_empty() || value.contains(['\n', '\r']) {
+                bail!("{option} must be non-empty and on one line (got {value:?})");
+            }
+        }
         std::fs::create_dir_all(dir).with_context(|| format!("creating --state-dir {}", dir.display()))?;
-        Ok(StateDir { dir: dir.to_owned() })
+        Ok(StateDir {
+            dir: dir.to_owned(),
+            job: format!("from={from}\nto={to}\ntransactional-id={transactional_id}\n"),
+        })
     }
 
     fn receipts(&self) -> PathBuf {
@@ -327,7 +338,10 @@ impl StateDir {
     }
 
     fn write_checkpoint(&self, cp: &Checkpoint) -> anyhow::Result<()> {
-        let mut text = format!("{STATE_HEADER}\ncheckpoint={}\nrecords={}\n", cp.id, cp.records);
+        let mut text = format!(
+            "{STATE_HEADER}\n{}checkpoint={}\nrecords={}\n",
+            self.job, cp.id, cp.records
+        );
         for row in &cp.rows {
             if row.key.contains(['\t', '\n']) {
                 bail!("state row key {:?} has a tab or newline", row.key);
@@ -341,10 +355,20 @@ impl StateDir {
         let path = self.dir.join(format!("chk-{id}.state"));
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let bad = |what: &str| anyhow!("{}: {what}", path.display());
-        let mut lines = text.lines();
-        if lines.next() != Some(STATE_HEADER) {
+        let Some(rest) = text.strip_prefix(STATE_HEADER).and_then(|r| r.strip_prefix('\n')) else {
             return Err(bad(&format!("not a {STATE_HEADER} file")));
-        }
+        };
+        let Some(rest) = rest.strip_prefix(self.job.as_str()) else {
+            let theirs: Vec<&str> = rest.lines().take(3).collect();
+            bail!(
+                "--state-dir {} holds another job's checkpoint {id} ({}); this job is {}: give this job its own \
+                 --state-dir",
+                self.dir.display(),
+                theirs.join(", "),
+                self.job.trim_end().replace('\n', ", ")
+            );
+        };
+        let lines = rest.lines();
         let mut checkpoint = None;
         let mut records = None;
         let mut rows = Vec::new();
@@ -410,7 +434,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     };
     let client = args.connect.client_config()?;
     let security = connector_security(&client);
-    let state = StateDir::open(&args.state_dir)?;
+    let state = StateDir::open(&args.state_dir, &args.from, &args.to, &args.transactional_id)?;
 
     let mut sink_options = TwoPhaseCommitOptions::new(&args.connect.brokers, &args.to, &args.transactional_id);
     sink_options.sink.security = security.clone();
@@ -578,5 +602,95 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             Ok(3)
         }
         _ => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("clink-copy-unit-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn fault_specs_parse_and_bad_ones_name_the_allowed_points() {
+        let f = parse_fault("after-completed:2").unwrap();
+        assert_eq!((f.point, f.at), (FaultPoint::AfterCompleted, 2));
+        let f = parse_fault("mid-batch").unwrap();
+        assert_eq!((f.point, f.at), (FaultPoint::MidBatch, 1));
+        let e = parse_fault("after-lunch").err().unwrap().to_string();
+        assert!(
+            e.contains("CLINK_KAFKA_FAULT") && e.contains("after-end-txn") && e.contains("after-recovery-open"),
+            "{e}"
+        );
+        for bad in ["after-commit:0", "after-commit:x", "after-commit:-1", "after-commit:"] {
+            let e = parse_fault(bad).err().unwrap().to_string();
+            assert!(e.contains(">= 1"), "{bad}: {e}");
+        }
+        for p in FaultPoint::ALL {
+            assert_eq!(parse_fault(p.name()).unwrap().point, p);
+        }
+    }
+
+    #[test]
+    fn checkpoint_state_round_trips_and_another_jobs_state_is_refused() {
+        let dir = temp_dir("roundtrip");
+        let state = StateDir::open(&dir, "in", "out", "tx").unwrap();
+        let cp = Checkpoint {
+            id: 7,
+            records: 1234,
+            rows: vec![
+                StateRow {
+                    key: "kafka-source/in/0".into(),
+                    value: b"42".to_vec(),
+                },
+                StateRow {
+                    key: "kafka_2pc/tx/7".into(),
+                    value: vec![0, 0xff, b';', b'\n'],
+                },
+            ],
+        };
+        state.write_checkpoint(&cp).unwrap();
+        state.write_marker("COMPLETED", 7).unwrap();
+        let back = state.read_checkpoint(7).unwrap();
+        assert_eq!((back.id, back.records, back.rows), (7, 1234, cp.rows.clone()));
+        assert_eq!(
+            state.markers("COMPLETED").unwrap().into_iter().collect::<Vec<_>>(),
+            vec![7]
+        );
+        assert!(state.markers("CONFIRMED").unwrap().is_empty());
+        assert!(state.read_checkpoint(8).is_err(), "no such checkpoint");
+
+        let other = StateDir::open(&dir, "in", "elsewhere", "tx").unwrap();
+        let e = format!("{:#}", other.read_checkpoint(7).err().unwrap());
+        assert!(
+            e.contains("another job") && e.contains("to=out") && e.contains("to=elsewhere"),
+            "{e}"
+        );
+
+        std::fs::write(dir.join("chk-9.state"), "garbage").unwrap();
+        let e = format!("{:#}", state.read_checkpoint(9).err().unwrap());
+        assert!(e.contains("chk-9.state"), "{e}");
+        std::fs::write(
+            dir.join("chk-10.state"),
+            format!("{STATE_HEADER}\n{}checkpoint=10\nrecords=1\nrow=k\tzz\n", state.job),
+        )
+        .unwrap();
+        let e = format!("{:#}", state.read_checkpoint(10).err().unwrap());
+        assert!(e.contains("not hex"), "{e}");
+        assert!(StateDir::open(&dir, "in", "out", "two\nlines").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn hex_round_trips_and_refuses_bad_digits() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&all)).unwrap(), all);
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("é"), None, "a multi-byte char never panics the slicing");
     }
 }
