@@ -106,6 +106,25 @@ const SCENARIOS: &[Scenario] = &[
         fence: false,
         restored: Some(BY_RECEIPT),
     },
+    // One job killed at every point in turn (each restart recovers from the
+    // previous kill, then dies at the next point). Each run commits at most
+    // one checkpoint (< 2 x 2,500 records) before the last, so the last still
+    // has records to checkpoint and its fault fires.
+    Scenario {
+        name: "every-point-in-turn",
+        faults: &[
+            "mid-batch:3",
+            "after-confirmed:1",
+            "after-barrier:1",
+            "after-completed:1",
+            "after-recovery-open",
+            "after-state-written:1",
+            "after-end-txn:1",
+            "after-commit:1",
+        ],
+        fence: false,
+        restored: Some("its commit is confirmed now (resolved by receipt: 1, over the wire: 0)"),
+    },
     Scenario {
         name: "fenced-after-completed",
         faults: &["after-completed:2"],
