@@ -449,6 +449,33 @@ async fn copy_over_sasl_resolves_and_never_writes_the_password() {
     .await;
 }
 
+/// Over mTLS with an encrypted client key: the TLS options reach the
+/// source, the sink and the resolver; the key's password reaches no file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_over_mtls_resolves_and_never_writes_the_key_password() {
+    let Some(tls) = common::tls() else { return };
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let job = Job {
+        args: vec![
+            "--brokers".into(),
+            tls.mtls_brokers.clone(),
+            "--tls-ca".into(),
+            path(&tls.ca),
+            "--tls-cert".into(),
+            path(&tls.cert),
+            "--tls-key".into(),
+            path(&tls.key_encrypted),
+            "--tls-key-password-env".into(),
+            "CLINK_COPY_TEST_KEY_PASSWORD".into(),
+        ],
+        env: vec![("CLINK_COPY_TEST_KEY_PASSWORD".into(), tls.key_password.clone())],
+        secret: Some(tls.key_password.clone()),
+        trigger: ["--checkpoint-every-records".into(), CHECKPOINT_EVERY.to_string()],
+    };
+    let config = common::config(&tls.mtls_brokers).with_tls(tls.mutual());
+    every_fault_point(&job, config, "mtls", Some(&["after-completed", "after-end-txn"])).await;
+}
+
 /// Checkpoints by time instead of by count: every millisecond, so about
 /// one per batch (how many depends on the machine, so only the scenarios
 /// whose fault does not name a checkpoint).
