@@ -368,6 +368,31 @@ async fn scenario(
             return Err(format!("the first restart did not say {want:?}; stderr:\n{stderr}"));
         }
     }
+    let mut left: Vec<String> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    left.sort();
+    let want = [
+        format!("COMPLETED-{checkpoints}"),
+        format!("CONFIRMED-{checkpoints}"),
+        format!("chk-{checkpoints}.state"),
+        "receipts".to_owned(),
+    ];
+    if left != want {
+        return Err(format!(
+            "the state dir holds {left:?} after the run, not {want:?} (pruning)"
+        ));
+    }
+    let receipts: Vec<String> = std::fs::read_dir(state.join("receipts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sub0-") && !n.ends_with(".unresolved"))
+        .collect();
+    if receipts != [format!("sub0-{checkpoints}")] {
+        return Err(format!("receipts left: {receipts:?}, not only the last checkpoint's"));
+    }
     if let Some(secret) = &job.secret {
         let leaked = files_containing(&work, secret);
         if !leaked.is_empty() {

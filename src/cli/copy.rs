@@ -56,7 +56,8 @@
 //! is no replay suppression to arm (receipts are never above a restore
 //! point here: a receipt is only written after its COMPLETED marker, and
 //! every restore starts at the newest completed checkpoint unless it was
-//! found not committed). Not done: pruning old state files and receipts.
+//! found not committed). Once `CONFIRMED-n` is written, everything below
+//! `n` is pruned: state files, markers and the sink's receipts `sub0-<m>`.
 //!
 //! # Fault points (`CLINK_KAFKA_FAULT=<point>[:<k>]`)
 //!
@@ -418,6 +419,48 @@ impl StateDir {
     }
 }
 
+impl StateDir {
+    /// Removes what no restore can need once `CONFIRMED-<n>` is durable:
+    /// every restore from now on starts at `n` or above (an abandoned
+    /// checkpoint above falls back to the newest confirmed one, `n` at
+    /// least). So the state files and markers below `n` go, and the sink's
+    /// receipts `sub0-<m>` for `m < n` (the spec: receipts are pruned, never
+    /// below the newest CONFIRMED marker). Failures are logged, not fatal.
+    fn prune_below(&self, n: u64) {
+        let below = |name: &str, prefix: &str, suffix: &str| {
+            name.strip_prefix(prefix)
+                .and_then(|r| r.strip_suffix(suffix))
+                .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|id| id.parse::<u64>().ok())
+                .is_some_and(|id| id < n)
+        };
+        let sweep = |dir: &Path, patterns: &[(&str, &str)]| {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if patterns.iter().any(|(prefix, suffix)| below(name, prefix, suffix)) {
+                    if let Err(e) = std::fs::remove_file(entry.path()) {
+                        eprintln!("copy: warning: pruning {}: {e}", entry.path().display());
+                    }
+                }
+            }
+        };
+        sweep(
+            &self.dir,
+            &[
+                ("chk-", ".state"),
+                ("COMPLETED-", ""),
+                ("CONFIRMED-", ""),
+                ("ABANDONED-", ""),
+            ],
+        );
+        sweep(&self.receipts(), &[("sub0-", "")]);
+    }
+}
+
 /// When to take a checkpoint.
 #[derive(Clone, Copy, Debug)]
 enum Trigger {
@@ -486,6 +529,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
                 }
             } else {
                 state.write_marker("CONFIRMED", n)?;
+                state.prune_below(n);
                 let stats = sink.stats();
                 eprintln!(
                     "copy: restored from checkpoint {n}: its commit is confirmed now (resolved by receipt: {}, \
@@ -563,6 +607,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             fault_point(FaultPoint::AfterCommit);
             state.write_marker("CONFIRMED", id)?;
             fault_point(FaultPoint::AfterConfirmed);
+            state.prune_below(id);
             total = cp.records;
             since_checkpoint = 0;
             next_id += 1;
@@ -682,6 +727,47 @@ mod tests {
         let e = format!("{:#}", state.read_checkpoint(10).err().unwrap());
         assert!(e.contains("not hex"), "{e}");
         assert!(StateDir::open(&dir, "in", "out", "two\nlines").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn pruning_removes_only_what_is_below_the_confirmed_checkpoint() {
+        let dir = temp_dir("prune");
+        let state = StateDir::open(&dir, "in", "out", "tx").unwrap();
+        std::fs::create_dir_all(state.receipts()).unwrap();
+        let files = [
+            "chk-3.state",
+            "COMPLETED-3",
+            "CONFIRMED-3",
+            "ABANDONED-4",
+            "chk-12.state",
+            "COMPLETED-12",
+            "CONFIRMED-12",
+            ".chk-3.state.tmp",
+            "chk-x.state",
+            "receipts/sub0-3",
+            "receipts/sub0-3.unresolved",
+            "receipts/sub0-12",
+            "receipts/sub1-3",
+        ];
+        for f in files {
+            std::fs::write(dir.join(f), "x").unwrap();
+        }
+        state.prune_below(12);
+        let left: Vec<&str> = files.into_iter().filter(|f| dir.join(f).exists()).collect();
+        assert_eq!(
+            left,
+            [
+                "chk-12.state",
+                "COMPLETED-12",
+                "CONFIRMED-12",
+                ".chk-3.state.tmp",
+                "chk-x.state",
+                "receipts/sub0-3.unresolved",
+                "receipts/sub0-12",
+                "receipts/sub1-3",
+            ]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
