@@ -5,7 +5,8 @@
 //! read_committed holds every input record exactly once. Against the
 //! transaction.version 2 broker and the transaction.version 1 one; plus a
 //! completed checkpoint whose transaction another producer fenced (abandoned,
-//! replayed from the newest confirmed one), a SCRAM-SHA-512 run whose
+//! replayed from the newest confirmed one), a restore that cannot reach the
+//! broker (fails, fences nothing, converges later), a SCRAM-SHA-512 run whose
 //! password must reach no file, and time-triggered checkpoints. Each restart
 //! must also report the restore path its fault implies (confirmed
 //! checkpoint, resolved over the wire, resolved by receipt).
@@ -41,6 +42,9 @@ struct Scenario {
     /// After the faults: another producer takes the transactional id
     /// (InitProducerId fences the dead one and aborts its transaction).
     fence: bool,
+    /// After the faults: one restart against a port nobody listens on must
+    /// fail (exit 1) without fencing, leaving the transaction resolvable.
+    unreachable: bool,
     restored: Option<&'static str>,
 }
 
@@ -56,54 +60,63 @@ const SCENARIOS: &[Scenario] = &[
         name: "baseline",
         faults: &[],
         fence: false,
+        unreachable: false,
         restored: None,
     },
     Scenario {
         name: "mid-batch",
         faults: &["mid-batch:4"],
         fence: false,
+        unreachable: false,
         restored: None,
     },
     Scenario {
         name: "after-barrier",
         faults: &["after-barrier:2"],
         fence: false,
+        unreachable: false,
         restored: Some("restored from confirmed checkpoint 1"),
     },
     Scenario {
         name: "after-state-written",
         faults: &["after-state-written:2"],
         fence: false,
+        unreachable: false,
         restored: Some("restored from confirmed checkpoint 1"),
     },
     Scenario {
         name: "after-completed",
         faults: &["after-completed:2"],
         fence: false,
+        unreachable: false,
         restored: Some(OVER_THE_WIRE),
     },
     Scenario {
         name: "after-end-txn",
         faults: &["after-end-txn:2"],
         fence: false,
+        unreachable: false,
         restored: Some(OVER_THE_WIRE),
     },
     Scenario {
         name: "after-commit",
         faults: &["after-commit:2"],
         fence: false,
+        unreachable: false,
         restored: Some(BY_RECEIPT),
     },
     Scenario {
         name: "after-confirmed",
         faults: &["after-confirmed:2"],
         fence: false,
+        unreachable: false,
         restored: Some("restored from confirmed checkpoint 2"),
     },
     Scenario {
         name: "after-recovery-open",
         faults: &["after-completed:2", "after-recovery-open"],
         fence: false,
+        unreachable: false,
         restored: Some(BY_RECEIPT),
     },
     // One job killed at every point in turn (each restart recovers from the
@@ -123,12 +136,21 @@ const SCENARIOS: &[Scenario] = &[
             "after-commit:1",
         ],
         fence: false,
+        unreachable: false,
         restored: Some("its commit is confirmed now (resolved by receipt: 1, over the wire: 0)"),
+    },
+    Scenario {
+        name: "unreachable-at-restore",
+        faults: &["after-completed:2"],
+        fence: false,
+        unreachable: true,
+        restored: Some(OVER_THE_WIRE),
     },
     Scenario {
         name: "fenced-after-completed",
         faults: &["after-completed:2"],
         fence: true,
+        unreachable: false,
         restored: Some(
             "checkpoint 2's transaction is not committed and cannot be: restoring from confirmed checkpoint 1",
         ),
@@ -334,6 +356,23 @@ async fn scenario(
     }
     if scenario.fence {
         fence(cluster, &txn_id).await;
+    }
+    if scenario.unreachable {
+        let nowhere = Job {
+            args: ["--brokers", "127.0.0.1:1", "--resolve-unreachable-after-ms", "2000"]
+                .map(str::to_owned)
+                .to_vec(),
+            env: Vec::new(),
+            secret: None,
+            trigger: job.trigger.clone(),
+        };
+        let run = run_copy(&nowhere, input, &out, &state, &txn_id, None, &log(&mut step));
+        if run.status.code() != Some(1) || !run.stderr.contains("completed but unconfirmed checkpoint 2") {
+            return Err(format!(
+                "a restore with the broker unreachable: expected exit 1 naming checkpoint 2, got {:?}; stderr:\n{}",
+                run.status, run.stderr
+            ));
+        }
     }
     let mut restarts = 0;
     let mut first_restart_stderr = None;

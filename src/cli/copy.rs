@@ -131,6 +131,10 @@ pub struct CopyArgs {
     /// committed); more is an error, fewer by the idle exit is exit code 3.
     #[arg(long, value_name = "N")]
     pub expected: Option<u64>,
+    /// How long a restore retries an unreachable broker while resolving a
+    /// prepared transaction before failing (nothing is fenced meanwhile).
+    #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true)]
+    pub resolve_unreachable_after_ms: u64,
 }
 
 /// The named fault points, in the order of the steps.
@@ -483,6 +487,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     sink_options.sink.security = security.clone();
     sink_options.sink.client.request_timeout = Some(client.request_timeout);
     sink_options.receipt_dir = Some(state.receipts());
+    sink_options.resolve_unreachable_after = Duration::from_millis(args.resolve_unreachable_after_ms);
     let mut sink = TwoPhaseCommitSink::new(sink_options).context("configuring the sink")?;
 
     let mut source_options = SourceOptions::new(&args.connect.brokers, &args.from);
