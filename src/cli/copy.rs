@@ -242,7 +242,20 @@ fn fault_point(point: FaultPoint) {
     }
     eprintln!("copy: fault {}:{seen}: SIGKILL", point.name());
     let pid = std::process::id().to_string();
-    let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+    let sent = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .or_else(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", &format!("kill -9 {pid}")])
+                .status()
+        });
+    if !sent.is_ok_and(|s| s.success()) {
+        // No way to SIGKILL ourselves: die loudly another way (a test sees
+        // the wrong signal rather than a hang).
+        eprintln!("copy: fault {}: could not send SIGKILL; aborting", point.name());
+        std::process::abort();
+    }
     // The signal is on its way; never run another step.
     loop {
         std::thread::sleep(Duration::from_secs(1));
