@@ -113,6 +113,13 @@ const SCENARIOS: &[Scenario] = &[
         restored: Some("restored from confirmed checkpoint 2"),
     },
     Scenario {
+        name: "after-resolve",
+        faults: &["after-completed:2", "after-resolve"],
+        fence: false,
+        unreachable: false,
+        restored: Some(OVER_THE_WIRE),
+    },
+    Scenario {
         name: "after-recovery-open",
         faults: &["after-completed:2", "after-recovery-open"],
         fence: false,
@@ -130,6 +137,7 @@ const SCENARIOS: &[Scenario] = &[
             "after-confirmed:1",
             "after-barrier:1",
             "after-completed:1",
+            "after-resolve",
             "after-recovery-open",
             "after-state-written:1",
             "after-end-txn:1",

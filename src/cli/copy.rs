@@ -74,6 +74,7 @@
 //! | `after-end-txn` | EndTxn acknowledged, no receipt (inside the sink) | restore `n` unconfirmed: EndTxn again reads fenced, DescribeTransactions proves the commit, receipt materialised, CONFIRMED-n |
 //! | `after-commit` | receipt written, no CONFIRMED-n | restore `n` unconfirmed: the receipt proves the commit (no wire call), CONFIRMED-n |
 //! | `after-confirmed` | CONFIRMED-n | restore from the confirmed `n` |
+//! | `after-resolve` | at a restore of an unconfirmed `n`: the resolver's EndTxn committed `n`, no receipt yet (inside the sink) | restore `n` unconfirmed again: resolved over the wire again (a committed transaction answers committed, or fenced + DescribeTransactions), receipt |
 //! | `after-recovery-open` | at a restore of an unconfirmed `n`: the sink resolved `n`, no CONFIRMED-n yet | restore `n` unconfirmed again: the receipt the resolution wrote proves it |
 //!
 //! For the checkpoint points, k counts checkpoints this process took.
@@ -100,7 +101,7 @@ use super::{thousands, ConnectArgs};
 #[command(
     after_help = "Fault injection (tests): CLINK_KAFKA_FAULT=<point>[:<k>] SIGKILLs the process at the \
 k-th occurrence of <point>: mid-batch, after-barrier, after-state-written, after-completed, after-end-txn, \
-after-commit, after-confirmed, after-recovery-open (see src/cli/copy.rs)."
+after-commit, after-confirmed, after-resolve, after-recovery-open (see src/cli/copy.rs)."
 )]
 pub struct CopyArgs {
     #[command(flatten)]
@@ -147,11 +148,12 @@ enum FaultPoint {
     AfterEndTxn,
     AfterCommit,
     AfterConfirmed,
+    AfterResolve,
     AfterRecoveryOpen,
 }
 
 impl FaultPoint {
-    const ALL: [FaultPoint; 8] = [
+    const ALL: [FaultPoint; 9] = [
         FaultPoint::MidBatch,
         FaultPoint::AfterBarrier,
         FaultPoint::AfterStateWritten,
@@ -159,6 +161,7 @@ impl FaultPoint {
         FaultPoint::AfterEndTxn,
         FaultPoint::AfterCommit,
         FaultPoint::AfterConfirmed,
+        FaultPoint::AfterResolve,
         FaultPoint::AfterRecoveryOpen,
     ];
 
@@ -171,6 +174,7 @@ impl FaultPoint {
             FaultPoint::AfterEndTxn => "after-end-txn",
             FaultPoint::AfterCommit => "after-commit",
             FaultPoint::AfterConfirmed => "after-confirmed",
+            FaultPoint::AfterResolve => "after-resolve",
             FaultPoint::AfterRecoveryOpen => "after-recovery-open",
         }
     }
@@ -223,6 +227,8 @@ fn arm_faults() -> anyhow::Result<()> {
     set_step_hook(|step| {
         if step == SinkStep::AfterEndTxn {
             fault_point(FaultPoint::AfterEndTxn);
+        } else if step == SinkStep::AfterResolvedCommit {
+            fault_point(FaultPoint::AfterResolve);
         }
     });
     Ok(())

@@ -92,6 +92,9 @@ pub enum SinkStep {
     /// The broker acknowledged a checkpoint's EndTxn(commit); its receipt
     /// is not written yet.
     AfterEndTxn,
+    /// At `open`, the resolver committed a restored prepared transaction;
+    /// its receipt is not written yet.
+    AfterResolvedCommit,
 }
 
 static STEP_HOOK: std::sync::OnceLock<fn(SinkStep)> = std::sync::OnceLock::new();
@@ -667,6 +670,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 .await;
             match verdict {
                 Verdict::Committed { .. } => {
+                    step(SinkStep::AfterResolvedCommit);
                     tracing::info!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         "restored prepared transaction committed");
                     self.stats.resolved_over_the_wire += 1;
