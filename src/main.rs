@@ -1,4 +1,4 @@
-//! The `clink-kafka` command line: `produce`, `consume`, `roundtrip` and `txn`
+//! The `clink-kafka` command line: `produce`, `consume`, `roundtrip`, `copy` and `txn`
 //! (an end-to-end check and measurement against a real cluster). Argument
 //! parsing lives here; each command lives in `src/cli/`.
 
@@ -41,6 +41,10 @@ enum Command {
     /// (read_committed), verify each arrived exactly once in order, and
     /// report throughput and CPU time per record.
     Roundtrip(cli::roundtrip::RoundtripArgs),
+    /// Copy a topic exactly once: a source, a two-phase-commit sink and a
+    /// checkpoint coordinator with its state in --state-dir (restartable
+    /// after any crash; see --help for the fault points).
+    Copy(cli::copy::CopyArgs),
     /// Transactions: list, describe, resolve an in-doubt one.
     Txn(cli::txn::TxnArgs),
     /// Test helper: a 2PC sink takes a barrier, prints its state rows, hangs.
@@ -66,6 +70,7 @@ fn main() -> std::process::ExitCode {
             Command::Produce(args) => cli::produce::run(args).await.map(|()| 0),
             Command::Consume(args) => cli::consume::run(args).await.map(|()| 0),
             Command::Roundtrip(args) => cli::roundtrip::run(args).await.map(|()| 0),
+            Command::Copy(args) => cli::copy::run(args).await,
             Command::Txn(args) => cli::txn::run(args).await,
             Command::Sink2pc(args) => cli::sink2pc::run(args).await.map(|()| 0),
         }

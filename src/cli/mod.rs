@@ -8,6 +8,7 @@ use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
 
 pub mod consume;
+pub mod copy;
 pub mod produce;
 pub mod roundtrip;
 pub mod sink2pc;

@@ -83,6 +83,34 @@ use clink_kafka_wire::KafkaCode;
 /// TRANSACTIONAL_ID_NOT_FOUND (KIP-664): nothing to describe, nothing to fence.
 const TRANSACTIONAL_ID_NOT_FOUND: KafkaCode = KafkaCode(105);
 
+/// A step inside the sink that a fault-injection harness can stop at (the
+/// `clink-kafka copy` job's `CLINK_KAFKA_FAULT`): nothing observes it
+/// unless a hook is installed with [`set_step_hook`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SinkStep {
+    /// The broker acknowledged a checkpoint's EndTxn(commit); its receipt
+    /// is not written yet.
+    AfterEndTxn,
+    /// At `open`, the resolver committed a restored prepared transaction;
+    /// its receipt is not written yet.
+    AfterResolvedCommit,
+}
+
+static STEP_HOOK: std::sync::OnceLock<fn(SinkStep)> = std::sync::OnceLock::new();
+
+/// Installs the process-wide step hook (once; `false` if one was already
+/// installed). For fault injection only.
+pub fn set_step_hook(hook: fn(SinkStep)) -> bool {
+    STEP_HOOK.set(hook).is_ok()
+}
+
+fn step(at: SinkStep) {
+    if let Some(hook) = STEP_HOOK.get() {
+        hook(at);
+    }
+}
+
 /// What the transactional sink declares.
 pub const TWO_PHASE_COMMIT: SinkCapabilities = SinkCapabilities {
     delivery: DeliveryGuarantee::ExactlyOnce,
@@ -642,6 +670,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 .await;
             match verdict {
                 Verdict::Committed { .. } => {
+                    step(SinkStep::AfterResolvedCommit);
                     tracing::info!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         "restored prepared transaction committed");
                     self.stats.resolved_over_the_wire += 1;
@@ -925,6 +954,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 self.prepared = Some(p);
                 return Err(e);
             }
+            step(SinkStep::AfterEndTxn);
             self.stats.transactions_committed += 1;
             self.stats.records_committed += p.records;
             // Between the broker's acknowledgement and the next begin.
