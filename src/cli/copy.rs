@@ -90,7 +90,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use clink_kafka::client::ClientConfig;
 use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitOptions};
-use clink_kafka::connector::security::{SaslSettings, SecurityConfig, SecurityProtocol, TlsSettings};
+use clink_kafka::connector::security::SecurityConfig;
 use clink_kafka::connector::twopc::{set_step_hook, SinkStep};
 use clink_kafka::connector::{KafkaMessage, KafkaSource, Source, StateRow, TwoPhaseCommitSink};
 
@@ -271,27 +271,11 @@ fn fault_point(point: FaultPoint) {
 /// The connector's security settings for what the CLI options resolved to
 /// (the same protocol, credentials and TLS material: nothing weaker).
 fn connector_security(config: &ClientConfig) -> SecurityConfig {
-    use clink_kafka::client::SecurityProtocol as Client;
-    let protocol = match config.security_protocol {
-        Client::Plaintext => SecurityProtocol::Plaintext,
-        Client::Ssl => SecurityProtocol::Ssl,
-        Client::SaslPlaintext => SecurityProtocol::SaslPlaintext,
-        Client::SaslSsl => SecurityProtocol::SaslSsl,
-    };
-    let sasl = config.sasl.as_ref().map(|s| SaslSettings {
-        mechanism: s.mechanism,
-        username: s.username.clone(),
-        password: s.password.clone(),
-    });
-    let tls = protocol.is_tls().then(|| TlsSettings {
-        ca_location: config.tls.ca_file.clone(),
-        certificate_location: config.tls.cert_file.clone(),
-        key_location: config.tls.key_file.clone(),
-        key_password: config.tls.key_password.clone(),
-        verify_hostname: config.tls.hostname_verification,
-        verify_certificate: !config.tls.insecure_skip_verify,
-    });
-    SecurityConfig { protocol, sasl, tls }
+    SecurityConfig {
+        protocol: config.security_protocol,
+        sasl: config.sasl.clone(),
+        tls: config.security_protocol.uses_tls().then(|| config.tls.clone()),
+    }
 }
 
 const STATE_HEADER: &str = "clink-copy-checkpoint/1";

@@ -23,79 +23,33 @@ use clink_kafka_wire::sasl::SaslMechanism;
 use clink_kafka_wire::secret::Secret;
 
 use super::error::{ConnectorError, Result};
-use crate::client::ClientConfig;
+use crate::client::{ClientConfig, SaslConfig, TlsConfig};
 
-/// `security.protocol`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum SecurityProtocol {
-    #[default]
-    Plaintext,
-    Ssl,
-    SaslPlaintext,
-    SaslSsl,
+/// `security_protocol`: the client's own enum (no connector copy).
+pub use crate::client::SecurityProtocol;
+
+const PROTOCOLS_ALLOWED: &str = "one of plaintext, ssl, sasl_plaintext, sasl_ssl";
+
+/// `security_protocol` as written under `option`, case-insensitively.
+fn parse_protocol(option: &str, value: &str) -> Result<SecurityProtocol> {
+    value
+        .parse()
+        .map_err(|_| ConnectorError::invalid(option, value, PROTOCOLS_ALLOWED))
 }
 
-impl SecurityProtocol {
-    pub const ALLOWED: &'static str = "one of plaintext, ssl, sasl_plaintext, sasl_ssl";
-
-    pub fn parse(option: &str, value: &str) -> Result<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "plaintext" => Ok(SecurityProtocol::Plaintext),
-            "ssl" => Ok(SecurityProtocol::Ssl),
-            "sasl_plaintext" => Ok(SecurityProtocol::SaslPlaintext),
-            "sasl_ssl" => Ok(SecurityProtocol::SaslSsl),
-            _ => Err(ConnectorError::invalid(option, value, Self::ALLOWED)),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SecurityProtocol::Plaintext => "plaintext",
-            SecurityProtocol::Ssl => "ssl",
-            SecurityProtocol::SaslPlaintext => "sasl_plaintext",
-            SecurityProtocol::SaslSsl => "sasl_ssl",
-        }
-    }
-
-    pub fn is_sasl(self) -> bool {
-        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
-    }
-
-    pub fn is_tls(self) -> bool {
-        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
-    }
-}
-
-/// The SASL half: one mechanism, no fallback.
-#[derive(Clone, Debug)]
-pub struct SaslSettings {
-    pub mechanism: SaslMechanism,
-    pub username: String,
-    /// Prints as `***`.
-    pub password: Secret,
-}
-
-/// The TLS half, parsed and validated; [`SecurityConfig::apply_to`] maps it
-/// onto the client's [`crate::client::TlsConfig`].
-#[derive(Clone, Debug)]
-pub struct TlsSettings {
-    pub ca_location: Option<PathBuf>,
-    pub certificate_location: Option<PathBuf>,
-    pub key_location: Option<PathBuf>,
-    /// Prints as `***`.
-    pub key_password: Option<Secret>,
-    /// `ssl.endpoint.identification.algorithm = https` (the default).
-    pub verify_hostname: bool,
-    /// `enable.ssl.certificate.verification` (default true).
-    pub verify_certificate: bool,
+/// The protocol as the spec's options spell it (`sasl_ssl`).
+fn option_name(protocol: SecurityProtocol) -> String {
+    protocol.name().to_ascii_lowercase()
 }
 
 /// The validated security configuration of one connector.
 #[derive(Clone, Debug, Default)]
 pub struct SecurityConfig {
     pub protocol: SecurityProtocol,
-    pub sasl: Option<SaslSettings>,
-    pub tls: Option<TlsSettings>,
+    /// The client's own SASL settings (the password prints as `***`).
+    pub sasl: Option<SaslConfig>,
+    /// The client's own TLS settings, for `ssl` and `sasl_ssl`.
+    pub tls: Option<TlsConfig>,
 }
 
 /// The security settings as given: canonical option name → (value, the key
@@ -184,17 +138,17 @@ impl SecurityInputs {
     /// Validates the final map.
     pub fn resolve(&self) -> Result<SecurityConfig> {
         let protocol = match self.get("security_protocol") {
-            Some((v, k)) => SecurityProtocol::parse(k, v)?,
+            Some((v, k)) => parse_protocol(k, v)?,
             None => SecurityProtocol::Plaintext,
         };
         let protocol_hint = if self.get("security_protocol").is_some() {
-            format!("security_protocol is '{}'", protocol.name())
+            format!("security_protocol is '{}'", option_name(protocol))
         } else {
             "security_protocol is not set (so the transport is plaintext)".to_owned()
         };
 
         // Credentials without SASL would be configured and never presented.
-        if !protocol.is_sasl() {
+        if !protocol.uses_sasl() {
             for name in ["sasl_username", "sasl_password", "sasl_mechanism"] {
                 if let Some((_, written)) = self.get(name) {
                     return Err(ConnectorError::InsecureConfig {
@@ -208,7 +162,7 @@ impl SecurityInputs {
             }
         }
         // TLS material without TLS would never be used.
-        if !protocol.is_tls() {
+        if !protocol.uses_tls() {
             for name in [
                 "ssl_ca_location",
                 "ssl_certificate_location",
@@ -240,14 +194,14 @@ impl SecurityInputs {
             Some((v, k)) => super::options::parse_bool(k, v)?,
         };
 
-        let sasl = if protocol.is_sasl() {
+        let sasl = if protocol.uses_sasl() {
             let Some((mech, mech_key)) = self.get("sasl_mechanism") else {
                 return Err(ConnectorError::InvalidOption {
                     option: "sasl_mechanism".into(),
                     value: String::new(),
                     expected: format!(
                         "a mechanism with security_protocol '{}': one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
-                        protocol.name()
+                        option_name(protocol)
                     ),
                 });
             };
@@ -270,7 +224,7 @@ impl SecurityInputs {
                     })
                 }
             };
-            Some(SaslSettings {
+            Some(SaslConfig {
                 mechanism,
                 username,
                 password,
@@ -279,17 +233,18 @@ impl SecurityInputs {
             None
         };
 
-        let tls = if protocol.is_tls() {
+        let tls = if protocol.uses_tls() {
             let path = |name: &str| self.get(name).map(|(v, _)| PathBuf::from(v));
-            let tls = TlsSettings {
-                ca_location: path("ssl_ca_location"),
-                certificate_location: path("ssl_certificate_location"),
-                key_location: path("ssl_key_location"),
+            let tls = TlsConfig {
+                ca_file: path("ssl_ca_location"),
+                cert_file: path("ssl_certificate_location"),
+                key_file: path("ssl_key_location"),
                 key_password: self.get("ssl_key_password").map(|(v, _)| Secret::new(v)),
-                verify_hostname,
-                verify_certificate,
+                hostname_verification: verify_hostname,
+                insecure_skip_verify: !verify_certificate,
+                ..TlsConfig::default()
             };
-            match (&tls.certificate_location, &tls.key_location) {
+            match (&tls.cert_file, &tls.key_file) {
                 (Some(_), None) => {
                     return Err(ConnectorError::ConflictingOptions {
                         message: "ssl_certificate_location is set without ssl_key_location (mTLS needs both)".into(),
@@ -302,7 +257,7 @@ impl SecurityInputs {
                 }
                 _ => {}
             }
-            if tls.key_password.is_some() && tls.key_location.is_none() {
+            if tls.key_password.is_some() && tls.key_file.is_none() {
                 return Err(ConnectorError::ConflictingOptions {
                     message: "ssl_key_password is set without ssl_key_location".into(),
                 });
@@ -347,29 +302,9 @@ impl SecurityConfig {
     /// client's own consistency check (so nothing weaker than configured
     /// can reach a broker).
     pub fn apply_to(&self, config: &mut ClientConfig) -> Result<()> {
-        config.security_protocol = match self.protocol {
-            SecurityProtocol::Plaintext => crate::client::SecurityProtocol::Plaintext,
-            SecurityProtocol::Ssl => crate::client::SecurityProtocol::Ssl,
-            SecurityProtocol::SaslPlaintext => crate::client::SecurityProtocol::SaslPlaintext,
-            SecurityProtocol::SaslSsl => crate::client::SecurityProtocol::SaslSsl,
-        };
-        config.sasl = self.sasl.as_ref().map(|s| crate::client::SaslConfig {
-            mechanism: s.mechanism,
-            username: s.username.clone(),
-            password: s.password.clone(),
-        });
-        config.tls = match (&self.tls, self.protocol.is_tls()) {
-            (Some(t), true) => crate::client::TlsConfig {
-                ca_file: t.ca_location.clone(),
-                cert_file: t.certificate_location.clone(),
-                key_file: t.key_location.clone(),
-                key_password: t.key_password.clone(),
-                hostname_verification: t.verify_hostname,
-                insecure_skip_verify: !t.verify_certificate,
-                ..crate::client::TlsConfig::default()
-            },
-            _ => crate::client::TlsConfig::default(),
-        };
+        config.security_protocol = self.protocol;
+        config.sasl = self.sasl.clone();
+        config.tls = self.tls.clone().unwrap_or_default();
         config.validate()?;
         Ok(())
     }
