@@ -9,6 +9,8 @@
 //! - the idempotent producer, refused with NOT_LEADER_OR_FOLLOWER by node 1,
 //!   resends the same batch (same producer id and sequence) to node 2.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use clink_kafka::client::{
     ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, Producer, ProducerConfig, ProducerRecord,
 };
 use clink_kafka::wire::record::{BatchMeta, DecodeOptions, RecordBatch, RecordBatchEncoder, RecordOut};
+use common::scripted::{encode, str};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
@@ -26,9 +29,9 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, InitProducerIdResponse, ListOffsetsResponse,
-    MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -68,28 +71,6 @@ fn one_record_batch(offset: i64) -> Bytes {
     };
     RecordBatchEncoder::new().encode(&mut out, &meta, &[rec]).unwrap();
     out.freeze()
-}
-
-fn str(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_owned())
-}
-
-fn encode<R: Encodable>(correlation_id: i32, key: ApiKey, version: i16, body: &R) -> Bytes {
-    let mut buf = BytesMut::new();
-    let mut header = ResponseHeader::default();
-    header.correlation_id = correlation_id;
-    // ApiVersions answers always carry header v0 (KIP-511).
-    let header_version = if key == ApiKey::ApiVersions {
-        0
-    } else {
-        key.response_header_version(version)
-    };
-    header.encode(&mut buf, header_version).unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let mut framed = BytesMut::new();
-    framed.extend_from_slice(&(buf.len() as i32).to_be_bytes());
-    framed.extend_from_slice(&buf);
-    framed.freeze()
 }
 
 fn metadata(state: &State) -> MetadataResponse {

@@ -14,16 +14,19 @@
 //! - the resolver's PRODUCER_FENCED answer disambiguated by a
 //!   DescribeTransactions that shows PrepareCommit under the handle's id.
 
+mod common;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use clink_kafka::client::{
     ClientConfig, Cluster, CommitProof, Decision, ProducerConfig, ProducerRecord, Resolver, ResumeHandle,
     TransactionVersion, TransactionalProducer, TxnConfig, Verdict,
 };
 use clink_kafka::wire::record::{DecodeOptions, RecordBatch};
+use common::scripted::{encode, str};
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
@@ -38,9 +41,9 @@ use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ApiVersionsResponse, BrokerId,
     DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
     InitProducerIdRequest, InitProducerIdResponse, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader,
-    ResponseHeader, TopicName, TransactionalId,
+    TopicName, TransactionalId,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -69,28 +72,6 @@ impl State {
             .and_then(VecDeque::pop_front)
             .unwrap_or(0)
     }
-}
-
-fn str(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_owned())
-}
-
-fn encode<R: Encodable>(correlation_id: i32, key: ApiKey, version: i16, body: &R) -> Bytes {
-    let mut buf = BytesMut::new();
-    let mut header = ResponseHeader::default();
-    header.correlation_id = correlation_id;
-    let header_version = if key == ApiKey::ApiVersions {
-        0
-    } else {
-        key.response_header_version(version)
-    };
-    header.encode(&mut buf, header_version).unwrap();
-    body.encode(&mut buf, version)
-        .unwrap_or_else(|e| panic!("encoding the {key:?} v{version} answer: {e}"));
-    let mut framed = BytesMut::new();
-    framed.extend_from_slice(&(buf.len() as i32).to_be_bytes());
-    framed.extend_from_slice(&buf);
-    framed.freeze()
 }
 
 async fn serve(mut s: TcpStream, state: Arc<Mutex<State>>) {

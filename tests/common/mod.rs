@@ -11,6 +11,7 @@
 pub mod connector;
 pub mod process;
 pub mod proxy;
+pub mod scripted;
 
 use std::time::{Duration, Instant};
 

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, MetadataResponse, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -246,16 +246,11 @@ impl Conn {
         let header = ResponseHeader::decode(&mut buf, header_version).expect("metadata response header");
         let mut body = MetadataResponse::decode(&mut buf, version).expect("metadata response");
         for b in &mut body.brokers {
-            b.host = StrBytes::from_string(self.proxy_addr.ip().to_string());
+            b.host = super::scripted::str(&self.proxy_addr.ip().to_string());
             b.port = i32::from(self.proxy_addr.port());
         }
-        let mut out = BytesMut::new();
-        header.encode(&mut out, header_version).unwrap();
-        body.encode(&mut out, version).unwrap();
         self.rewritten.fetch_add(1, Ordering::Relaxed);
-        let mut framed = (out.len() as i32).to_be_bytes().to_vec();
-        framed.extend_from_slice(&out);
-        framed
+        super::scripted::encode(header.correlation_id, ApiKey::Metadata, version, &body).to_vec()
     }
 }
 
