@@ -206,6 +206,7 @@ mod corpus_replay {
         "decompress_lz4",
         "decompress_zstd",
         "scram",
+        "fetch",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -219,6 +220,9 @@ mod corpus_replay {
             "decompress_lz4" => decompress(Compression::Lz4, data),
             "decompress_zstd" => decompress(Compression::Zstd, data),
             "scram" => scram(data),
+            "fetch" => {
+                crate::fetcher::fuzzing::fetch(data);
+            }
             other => panic!("unknown target {other}"),
         }
     }
@@ -426,6 +430,9 @@ mod corpus_replay {
         both.extend_from_slice(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
         write("scram", "first-and-final", &both);
         write("scram", "error", b"e=invalid-proof");
+        for (name, seed) in crate::fetcher::fuzzing::seeds() {
+            write("fetch", name, &seed);
+        }
     }
 
     #[test]

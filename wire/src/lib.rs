@@ -12,12 +12,14 @@
 //! - [`compression`]: gzip, snappy (xerial), lz4 (frame) and zstd, pure Rust.
 //! - [`sasl`]: PLAIN and SCRAM-SHA-256/512 state machines.
 //! - [`error_code`]: Kafka's error-code table.
+//! - [`fetcher`]: the consumer's fetch state machine (sessions, bounded polls).
 #![forbid(unsafe_code)]
 
 pub mod codec;
 pub mod compression;
 pub mod error;
 pub mod error_code;
+pub mod fetcher;
 pub mod frame;
 pub mod messages;
 pub mod protocol;
