@@ -183,7 +183,7 @@ impl BrokerPace {
 }
 
 /// What a fetch task returns.
-type FetchAnswer = (i32, BrokerRef, Instant, Result<FetchResponse>);
+type FetchAnswer = (i32, BrokerRef, Instant, Duration, Result<FetchResponse>);
 
 /// A consumer with manual assignment.
 pub struct Consumer {
@@ -423,7 +423,7 @@ impl Consumer {
                 .take_records(self.config.max_poll_records, self.config.max_poll_bytes)
             {
                 Ok(records) if !records.is_empty() => {
-                    self.send_fetches();
+                    self.send_fetches(self.config.max_wait);
                     return Ok(records);
                 }
                 Ok(_) => {}
@@ -442,7 +442,9 @@ impl Consumer {
                 tokio::time::sleep(backoff.next_delay().min(deadline - now)).await;
                 continue;
             }
-            self.send_fetches();
+            // Within the call, the broker's wait ends by our deadline.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            self.send_fetches(self.config.max_wait.min(remaining));
             let now = Instant::now();
             if now >= deadline {
                 return Ok(Vec::new());
@@ -504,8 +506,9 @@ impl Consumer {
     }
 
     /// Sends a fetch to every broker that leads a fetchable partition, has
-    /// an open connection, nothing in flight and no pause. Never waits.
-    fn send_fetches(&mut self) {
+    /// an open connection, nothing in flight and no pause, asking it to
+    /// wait up to `max_wait` for data. Never waits itself.
+    fn send_fetches(&mut self, max_wait: Duration) {
         let fetchable = self.fetcher.fetchable();
         if fetchable.is_empty() {
             return;
@@ -525,7 +528,7 @@ impl Consumer {
             by_leader.entry(leader).or_default().push((topic, partition));
         }
         let now = Instant::now();
-        let max_wait = self.config.max_wait.as_millis().min(i32::MAX as u128) as i32;
+        let max_wait = max_wait.as_millis().min(i32::MAX as u128) as i32;
         for (broker, partitions) in by_leader {
             if self.fetcher.in_flight(broker) {
                 continue;
@@ -561,10 +564,11 @@ impl Consumer {
                 partitions = request.topics.iter().map(|t| t.partitions.len()).sum::<usize>(),
                 "fetch"
             );
+            let asked = Duration::from_millis(max_wait.max(0) as u64);
             self.in_flight.spawn(async move {
                 let sent = Instant::now();
                 let result = conn.request_at(version, &request).await;
-                (broker, conn.broker().clone(), sent, result)
+                (broker, conn.broker().clone(), sent, asked, result)
             });
         }
     }
@@ -585,7 +589,7 @@ impl Consumer {
     /// Feeds one fetch's answer to the state machine and applies what it
     /// asks for.
     fn handle_answer(&mut self, joined: std::result::Result<FetchAnswer, tokio::task::JoinError>) {
-        let (broker, broker_ref, sent, result) = match joined {
+        let (broker, broker_ref, sent, asked, result) = match joined {
             Ok(answer) => answer,
             Err(e) => {
                 // A fetch task cannot panic short of a bug; a cancelled one
@@ -624,12 +628,11 @@ impl Consumer {
         for (topic, partition) in &outcome.reset_offsets {
             tracing::info!(%topic, partition, "offset out of range; resetting");
         }
+        let fruitless = outcome.fruitless();
         if let Some(e) = outcome.errors.into_iter().next() {
             self.pending_error.get_or_insert(fetch_error(e, Some(&broker_ref)));
         }
         let throttle = Duration::from_millis(outcome.throttle_ms as u64).min(self.config.max_throttle);
-        let max_wait = self.config.max_wait;
-        let fruitless = outcome.buffered == outcome.stalled;
         let retriable_error = outcome.retriable_error;
         let fresh = self.cluster.backoff();
         let pace = self.pace(broker);
@@ -640,7 +643,7 @@ impl Consumer {
             // Nothing usable: no sooner than the wait we asked the broker
             // for (a broker that long-polled as asked costs no extra wait;
             // one that answers empty at once cannot make us spin).
-            not_before = not_before.max(sent + max_wait);
+            not_before = not_before.max(sent + asked);
         } else {
             pace.backoff = std::sync::Mutex::new(fresh);
         }
