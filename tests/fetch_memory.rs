@@ -143,7 +143,10 @@ async fn batches_inflating_past_the_bounds_cost_bounded_memory_and_still_arrive(
     while next < TOTAL {
         assert!(Instant::now() < deadline, "only {next} of {TOTAL} records in 60 s");
         let records = consumer.poll(Duration::from_millis(500)).await.unwrap();
-        let bytes: usize = records.iter().map(|r| r.record.value.as_ref().map_or(0, |v| v.len())).sum();
+        let bytes: usize = records
+            .iter()
+            .map(|r| r.record.value.as_ref().map_or(0, |v| v.len()))
+            .sum();
         assert!(bytes <= max_poll_bytes, "a poll of {bytes} bytes");
         for r in &records {
             assert_eq!(r.record.offset, next);

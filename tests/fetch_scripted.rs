@@ -40,7 +40,11 @@ fn log_from(from: i64) -> Bytes {
             .collect();
         let meta = BatchMeta {
             base_offset: base,
-            compression: if base % 8 == 0 { Compression::Lz4 } else { Compression::None },
+            compression: if base % 8 == 0 {
+                Compression::Lz4
+            } else {
+                Compression::None
+            },
             ..BatchMeta::default()
         };
         RecordBatchEncoder::new().encode(&mut out, &meta, &records).unwrap();
@@ -119,11 +123,18 @@ async fn answers_naming_what_was_not_asked_are_ignored_and_records_arrive_once()
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut polls = 0;
     while got.iter().map(Vec::len).sum::<usize>() < 2 * LOG_LEN as usize {
-        assert!(Instant::now() < deadline, "stuck at {:?}", got.iter().map(Vec::len).collect::<Vec<_>>());
+        assert!(
+            Instant::now() < deadline,
+            "stuck at {:?}",
+            got.iter().map(Vec::len).collect::<Vec<_>>()
+        );
         polls += 1;
         assert!(polls < 5000, "too many polls");
         for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
-            assert_eq!(r.record.value.as_deref(), Some(format!("value-{}", r.record.offset).as_bytes()));
+            assert_eq!(
+                r.record.value.as_deref(),
+                Some(format!("value-{}", r.record.offset).as_bytes())
+            );
             got[r.partition as usize].push(r.record.offset);
         }
     }
@@ -146,7 +157,8 @@ async fn a_broker_answering_nothing_at_once_is_not_spun_on() {
         let mut resp = FetchResponse::default();
         for t in &req.topics {
             for p in &t.partitions {
-                resp.responses.push(entry(TOPIC, p.partition, 0, LOG_LEN, log_from(0).slice(..)));
+                resp.responses
+                    .push(entry(TOPIC, p.partition, 0, LOG_LEN, log_from(0).slice(..)));
                 let _ = p;
             }
         }
@@ -168,6 +180,9 @@ async fn a_broker_answering_nothing_at_once_is_not_spun_on() {
         assert!(consumer.poll(Duration::from_millis(100)).await.unwrap().is_empty());
     }
     let n = *rounds.lock().unwrap();
-    assert!(n <= 40, "{n} fetches in 1 s against a broker that answers nothing usable at once");
+    assert!(
+        n <= 40,
+        "{n} fetches in 1 s against a broker that answers nothing usable at once"
+    );
     assert!(n >= 2, "{n} fetches: the consumer stopped asking");
 }

@@ -178,7 +178,10 @@ struct BrokerPace {
 
 impl BrokerPace {
     fn next_delay(&self) -> Duration {
-        self.backoff.lock().map(|mut b| b.next_delay()).unwrap_or(Duration::from_millis(100))
+        self.backoff
+            .lock()
+            .map(|mut b| b.next_delay())
+            .unwrap_or(Duration::from_millis(100))
     }
 }
 
@@ -551,10 +554,13 @@ impl Consumer {
                     continue;
                 }
             };
-            let Some(request) =
-                self.fetcher
-                    .build_request(broker, &partitions, max_wait, self.config.min_bytes, self.config.max_bytes)
-            else {
+            let Some(request) = self.fetcher.build_request(
+                broker,
+                &partitions,
+                max_wait,
+                self.config.min_bytes,
+                self.config.max_bytes,
+            ) else {
                 continue;
             };
             tracing::trace!(
@@ -575,7 +581,11 @@ impl Consumer {
 
     /// The earliest time a paused broker may be fetched from again.
     fn next_wake(&self, now: Instant) -> Option<Instant> {
-        self.pace.values().filter_map(|p| p.not_before).filter(|t| *t > now).min()
+        self.pace
+            .values()
+            .filter_map(|p| p.not_before)
+            .filter(|t| *t > now)
+            .min()
     }
 
     fn pace(&mut self, broker: i32) -> &mut BrokerPace {
@@ -649,7 +659,6 @@ impl Consumer {
         }
         pace.not_before = (not_before > now).then_some(not_before);
     }
-
 }
 
 fn fetch_error(e: FetchError, broker: Option<&BrokerRef>) -> Error {

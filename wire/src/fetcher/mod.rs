@@ -307,10 +307,18 @@ pub struct Fetcher {
 }
 
 enum Step {
-    Record(ConsumerRecord, usize, RecordCursor),
-    /// Progress without a record (batch skipped or finished).
+    /// Progress without a record (batch skipped, or inflated and current).
     Moved,
     Exhausted,
+}
+
+enum Drained {
+    /// A record count or byte bound was reached.
+    BoundReached,
+    /// The current batch is done (or cut at the bound).
+    BatchDone,
+    /// No batch is current.
+    NoBatch,
 }
 
 impl Fetcher {
@@ -703,33 +711,17 @@ impl Fetcher {
         'partitions: while out.len() < max_records {
             let Some(&i) = self.ready.front() else { break };
             loop {
-                if out.len() >= max_records {
-                    break 'partitions;
-                }
                 let pending_error = self.assigned[i].buffered.as_mut().and_then(|b| b.error.take());
                 let step = match pending_error {
                     Some(e) => Err(e),
-                    None => self.step(i),
+                    None => match self.drain_current(i, &mut out, &mut bytes, max_records, max_bytes) {
+                        Ok(Drained::BoundReached) => break 'partitions,
+                        Ok(Drained::BatchDone) => Ok(Step::Moved),
+                        Ok(Drained::NoBatch) => self.step(i),
+                        Err(e) => Err(e),
+                    },
                 };
                 match step {
-                    Ok(Step::Record(r, size, cursor)) => {
-                        if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
-                            break 'partitions;
-                        }
-                        bytes = bytes.saturating_add(size);
-                        let a = &mut self.assigned[i];
-                        a.position = Some(r.record.offset.saturating_add(1));
-                        if let Some(b) = a.buffered.as_mut() {
-                            b.delivered_any = true;
-                            if let Some((_, c)) = b.current.as_mut() {
-                                *c = cursor;
-                            }
-                        }
-                        out.push(r);
-                        if bytes >= max_bytes {
-                            break 'partitions;
-                        }
-                    }
                     Ok(Step::Moved) => {}
                     Ok(Step::Exhausted) => {
                         let a = &mut self.assigned[i];
@@ -757,9 +749,106 @@ impl Fetcher {
         Ok(out)
     }
 
-    /// One step through partition `i`'s buffered data. A record is returned
-    /// with the cursor past it; the caller commits it (or not, when the
-    /// byte bound stops the poll first).
+    /// Hands over records of partition `i`'s current (inflated) batch until
+    /// a bound is reached or the batch ends. Positions and the cursor move
+    /// only past records pushed to `out`.
+    fn drain_current(
+        &mut self,
+        i: usize,
+        out: &mut Vec<ConsumerRecord>,
+        bytes: &mut usize,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Drained, FetchError> {
+        let Assigned {
+            topic,
+            partition,
+            position,
+            buffered,
+            ..
+        } = &mut self.assigned[i];
+        let Some(b) = buffered.as_mut() else {
+            return Ok(Drained::NoBatch);
+        };
+        let Some(pos) = *position else {
+            return Ok(Drained::NoBatch);
+        };
+        let upper = b.upper;
+        let Some((batch, cursor)) = b.current.as_mut() else {
+            return Ok(Drained::NoBatch);
+        };
+        let h = batch.header;
+        let mut pos = pos;
+        let mut it = batch.records_at(*cursor);
+        let mut delivered = false;
+        let result = loop {
+            if out.len() >= max_records {
+                *cursor = it.cursor();
+                break Ok(Drained::BoundReached);
+            }
+            let before = it.cursor();
+            match it.next() {
+                None => break Ok(Drained::BatchDone),
+                Some(Err(e)) => {
+                    break Err(FetchError::Corrupt {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: pos,
+                        source: Arc::new(e),
+                    })
+                }
+                Some(Ok(r)) => {
+                    if r.offset < pos {
+                        // Below the position, or going backwards: never
+                        // handed over.
+                        continue;
+                    }
+                    if r.offset >= upper {
+                        break Ok(Drained::BatchDone);
+                    }
+                    let record = batch.to_owned_record(&r);
+                    let size = record_size(&record);
+                    if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
+                        *cursor = before;
+                        break Ok(Drained::BoundReached);
+                    }
+                    *bytes = bytes.saturating_add(size);
+                    pos = r.offset.saturating_add(1);
+                    delivered = true;
+                    out.push(ConsumerRecord {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        record,
+                        batch: h,
+                    });
+                    if *bytes >= max_bytes {
+                        *cursor = it.cursor();
+                        break Ok(Drained::BoundReached);
+                    }
+                }
+            }
+        };
+        if let Ok(Drained::BatchDone) = result {
+            // Batch done: move past it (never past the bound); a batch cut
+            // at the bound ends the answer.
+            let cut = pos < h.next_offset() && h.next_offset() > upper;
+            b.current = None;
+            if cut {
+                b.rest = Bytes::new();
+            } else if h.next_offset() > pos {
+                pos = h.next_offset();
+            }
+        }
+        *position = Some(pos);
+        if delivered {
+            b.delivered_any = true;
+        }
+        result
+    }
+
+    /// One step through partition `i`'s buffered data when no batch is
+    /// current: the next batch is skipped (below the position, aborted,
+    /// control, past the bound) or inflated and made current.
     fn step(&mut self, i: usize) -> Result<Step, FetchError> {
         let read_committed = self.config.isolation == IsolationLevel::ReadCommitted;
         let opts = DecodeOptions {
@@ -781,49 +870,6 @@ impl Fetcher {
             offset,
             source: Arc::new(e),
         };
-        if let Some((batch, cursor)) = &b.current {
-            let h = batch.header;
-            let mut it = batch.records_at(*cursor);
-            loop {
-                match it.next() {
-                    None => {
-                        // Batch done: move past it (never past the bound).
-                        let next = h.next_offset().min(b.upper);
-                        if next > position {
-                            a.position = Some(next);
-                        }
-                        b.current = None;
-                        return Ok(Step::Moved);
-                    }
-                    Some(Err(e)) => return Err(corrupt(position, e)),
-                    Some(Ok(r)) => {
-                        if r.offset < position {
-                            // Below the position, or going backwards: never
-                            // handed over.
-                            continue;
-                        }
-                        if r.offset >= b.upper {
-                            b.current = None;
-                            b.rest = Bytes::new();
-                            return Ok(Step::Moved);
-                        }
-                        let record = batch.to_owned_record(&r);
-                        let size = record_size(&record);
-                        let next = it.cursor();
-                        return Ok(Step::Record(
-                            ConsumerRecord {
-                                topic: a.topic.clone(),
-                                partition: a.partition,
-                                record,
-                                batch: h,
-                            },
-                            size,
-                            next,
-                        ));
-                    }
-                }
-            }
-        }
         // The next whole batch, header only.
         let (h, total) = match RecordBatch::peek(&b.rest, &opts) {
             Ok(Some(x)) => x,
