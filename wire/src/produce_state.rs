@@ -222,6 +222,29 @@ pub fn handle_produce_response(sent: &[SentBatch<'_>], response: &ProduceRespons
     }
 }
 
+/// Where the base sequence sits in a record batch v2, and the span the CRC
+/// covers (attributes to the end).
+const BASE_SEQUENCE_OFFSET: usize = 53;
+const CRC_OFFSET: usize = 17;
+const ATTRIBUTES_OFFSET: usize = 21;
+const BATCH_HEADER: usize = 61;
+
+/// Rewrites the base sequence of an encoded record batch and its CRC: how a
+/// batch that the broker certainly did not write takes the sequence numbers
+/// a refused batch before it gave back. The batch's records are unchanged.
+pub fn rewrite_base_sequence(batch: &mut [u8], base_sequence: i32) -> crate::Result<()> {
+    if batch.len() < BATCH_HEADER {
+        return Err(crate::Error::Invalid {
+            context: "record batch",
+            message: format!("{} bytes is shorter than a batch header", batch.len()),
+        });
+    }
+    batch[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -310,6 +333,30 @@ mod tests {
         let r = response(&[("a", 0, 0, i64::MAX - 1)]);
         let a = handle_produce_response(&sent()[..1], &r);
         assert_eq!(a.outcomes, vec![BatchOutcome::Invalid(InvalidAnswer::NoBaseOffset)]);
+    }
+
+    #[test]
+    fn rewritten_sequence_decodes_with_a_valid_crc() {
+        use crate::record::{BatchMeta, DecodeOptions, RecordBatch, RecordBatchEncoder, RecordOut};
+        let meta = BatchMeta {
+            producer_id: 5,
+            producer_epoch: 1,
+            base_sequence: 10,
+            ..BatchMeta::default()
+        };
+        let records = [RecordOut {
+            timestamp: 1,
+            key: None,
+            value: Some(b"v"),
+            headers: &[],
+        }];
+        let mut out = bytes::BytesMut::new();
+        RecordBatchEncoder::new().encode(&mut out, &meta, &records).unwrap();
+        rewrite_base_sequence(&mut out, 4).unwrap();
+        let bytes = out.freeze();
+        let batch = RecordBatch::decode_exact(&bytes, &DecodeOptions::default()).unwrap();
+        assert_eq!(batch.header.base_sequence, 4);
+        assert!(rewrite_base_sequence(&mut [0u8; 10], 1).is_err());
     }
 
     #[test]
