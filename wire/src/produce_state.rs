@@ -130,6 +130,13 @@ pub fn classify_error(code: KafkaCode, message: Option<String>) -> BatchOutcome 
         | KafkaCode::INVALID_PRODUCER_EPOCH
         | KafkaCode::PRODUCER_FENCED
         | KafkaCode::INVALID_PRODUCER_ID_MAPPING => BatchOutcome::IdentityLost { code },
+        // KIP-890: a v12 Produce adds its partition to the transaction; while
+        // the previous transaction's markers are still being written the
+        // broker answers this, and the batch is to be retried.
+        KafkaCode::CONCURRENT_TRANSACTIONS => BatchOutcome::Retry {
+            code,
+            refresh_metadata: false,
+        },
         c if c.is_retriable() => BatchOutcome::Retry {
             code,
             refresh_metadata: needs_metadata_refresh(code),
