@@ -625,3 +625,157 @@ async fn round_trip_time_slow_and_timed_out() {
     let got = native_read_all(mock.client_config(), &topic, 1, all.len()).await;
     assert_exactly_once(&got, &all);
 }
+
+// ---------------------------------------------------------------------------
+// librdkafka through the `rdkafka` crate's own producer, on the same mock:
+// what it writes, the native consumer reads exactly once.
+// (When the connector's rdkafka backend lands, the backend-level cases
+// below run on it too.)
+
+/// librdkafka's idempotent producer, with the same injected Produce errors
+/// as the native case, reads back exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_idempotent_producer_through_errors() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let mock = Mock::new(3);
+    let topic = mock.topic("mock-rdk-produce", 3);
+    let producer: FutureProducer = mock
+        .rdkafka_config()
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "2")
+        .create()
+        .expect("librdkafka producer");
+    mock.inject(
+        Api::Produce,
+        &[
+            E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+            E::RD_KAFKA_RESP_ERR__TRANSPORT,
+            E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+        ],
+    );
+    let sent = values("rdk", 200);
+    let mut deliveries = Vec::new();
+    for (i, v) in sent.iter().enumerate() {
+        let key = format!("k{i}");
+        let record = FutureRecord::to(&topic).key(&key).payload(v);
+        deliveries.push(producer.send_result(record).expect("librdkafka queue"));
+    }
+    for d in deliveries {
+        tokio::time::timeout(BOUND, d)
+            .await
+            .expect("bounded")
+            .expect("delivery future")
+            .map_err(|(e, _)| e)
+            .expect("librdkafka delivered");
+    }
+    let got = native_read_all(mock.client_config(), &topic, 3, sent.len()).await;
+    assert_exactly_once(&got, &sent);
+}
+
+/// librdkafka's transactional producer through the mock's coordinator (TV1
+/// calls, as ours): commit, abort, then a retriable EndTxn answer retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_transactions_through_the_mock() {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
+    let mock = Mock::new(3);
+    let topic = mock.topic("mock-rdk-txn", 2);
+    let producer: ThreadedProducer<DefaultProducerContext> = mock
+        .rdkafka_config()
+        .set("transactional.id", common::unique_topic("mock-rdk-tid"))
+        .set("transaction.timeout.ms", "20000")
+        .create()
+        .expect("librdkafka transactional producer");
+    let committed = values("rdk-commit", 20);
+    let aborted = values("rdk-abort", 5);
+    let retried = values("rdk-retried", 5);
+    let (topic2, c, a, r) = (topic.clone(), committed.clone(), aborted.clone(), retried.clone());
+    let run = tokio::task::spawn_blocking(move || {
+        let t = Duration::from_secs(20);
+        producer.init_transactions(t).expect("init_transactions");
+        for (values, commit) in [(&c, true), (&a, false)] {
+            producer.begin_transaction().expect("begin");
+            for v in values {
+                producer
+                    .send(BaseRecord::<(), String>::to(&topic2).payload(v))
+                    .map_err(|(e, _)| e)
+                    .expect("queue");
+            }
+            producer.flush(t).expect("flush");
+            if commit {
+                producer.commit_transaction(t).expect("commit");
+            } else {
+                producer.abort_transaction(t).expect("abort");
+            }
+        }
+        producer
+    });
+    let producer = tokio::time::timeout(BOUND, run).await.expect("bounded").unwrap();
+    // A retriable EndTxn answer: librdkafka retries it.
+    mock.inject(
+        Api::EndTxn,
+        &[
+            E::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS,
+            E::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        ],
+    );
+    let topic3 = topic.clone();
+    let run = tokio::task::spawn_blocking(move || {
+        let t = Duration::from_secs(20);
+        producer.begin_transaction().expect("begin");
+        for v in &r {
+            producer
+                .send(BaseRecord::<(), String>::to(&topic3).payload(v))
+                .map_err(|(e, _)| e)
+                .expect("queue");
+        }
+        producer.flush(t).expect("flush");
+        producer.commit_transaction(t).expect("commit after EndTxn retries");
+    });
+    tokio::time::timeout(BOUND, run).await.expect("bounded").unwrap();
+
+    // The mock filters nothing (no markers): every record once, aborted too.
+    let mut all = committed;
+    all.extend(aborted);
+    all.extend(retried);
+    let got = native_read_all(mock.client_config(), &topic, 2, all.len()).await;
+    assert_exactly_once(&got, &all);
+}
+
+/// librdkafka's producer with its leader down: records wait and arrive once
+/// after the broker is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_leader_down_then_up() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let mock = Mock::new(2);
+    let topic = mock.topic("mock-rdk-down", 1);
+    mock.cluster.partition_leader(&topic, 0, Some(1)).unwrap();
+    let producer: FutureProducer = mock
+        .rdkafka_config()
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let first = FutureRecord::<(), _>::to(&topic).payload("before");
+    tokio::time::timeout(BOUND, producer.send(first, Duration::from_secs(10)))
+        .await
+        .expect("bounded")
+        .map_err(|(e, _)| e)
+        .unwrap();
+    mock.cluster.broker_down(1).unwrap();
+    let topic2 = topic.clone();
+    let p2 = producer.clone();
+    let pending = tokio::spawn(async move {
+        let record = FutureRecord::<(), _>::to(&topic2).payload("during");
+        p2.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e)
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!pending.is_finished(), "delivered while the only leader was down");
+    mock.cluster.broker_up(1).unwrap();
+    tokio::time::timeout(BOUND, pending)
+        .await
+        .expect("bounded")
+        .unwrap()
+        .expect("delivered after the broker came back");
+    let got = native_read_all(mock.client_config(), &topic, 1, 2).await;
+    assert_exactly_once(&got, &["before".to_string(), "during".to_string()]);
+}
