@@ -24,7 +24,11 @@
 //! gets a new producer id, leaving the first producer unfenced (fatal
 //! fencing answers are injected here instead).
 //! Metadata answers take no injected request errors in the mock; its topic
-//! errors are used instead.
+//! errors are used instead. The mock checks Produce sequences only for a
+//! transactional producer, so a connection cut under a plain idempotent
+//! producer's Produce may leave the resent batch twice in the mock's log
+//! (`produce_connection_cut_resends_the_same_sequence` proves the copies are
+//! the same batch; against Kafka, `tests/fault_proxy.rs` proves exactly once).
 //!
 //! Built only with `--features rdkafka` (the bundled librdkafka); CI runs it
 //! in the feature pass: `cargo test --features rdkafka --test mock_cluster`.
@@ -223,13 +227,95 @@ async fn produce_retriable_errors_are_retried_without_duplicates() {
         &[
             E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
             E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
-            E::RD_KAFKA_RESP_ERR__TRANSPORT,
             E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
-            E::RD_KAFKA_RESP_ERR__TRANSPORT,
         ],
     );
     let sent = values("retry", 50);
     native_produce(&producer, &topic, &sent).await;
+    let got = native_read_all(mock.client_config(), &topic, 1, sent.len()).await;
+    assert_exactly_once(&got, &sent);
+}
+
+/// Produce answered by a closed connection (the mock appends, then cuts):
+/// the outcome is unknown, so the batch is resent with the same producer
+/// id, epoch and sequence. The mock deduplicates only transactional
+/// producers (`rd_kafka_mock_validate_records` skips a Produce without a
+/// transactional id), so for the idempotent producer a copy may land twice
+/// here; the test proves every copy is the same batch (what a real broker
+/// deduplicates: `tests/fault_proxy.rs` checks that against Kafka), and the
+/// transactional producer, which the mock does deduplicate, lands exactly
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_connection_cut_resends_the_same_sequence() {
+    let mock = Mock::new(1);
+    let topic = mock.topic("mock-produce-cut", 1);
+    let producer = native_producer(&mock).await;
+    mock.inject(
+        Api::Produce,
+        &[E::RD_KAFKA_RESP_ERR__TRANSPORT, E::RD_KAFKA_RESP_ERR__TRANSPORT],
+    );
+    let sent = values("cut", 40);
+    native_produce(&producer, &topic, &sent).await;
+    let cluster = native_cluster(mock.client_config()).await;
+    let mut consumer = clink_kafka::client::Consumer::new(cluster.clone(), Default::default());
+    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer
+        .seek(&topic, 0, clink_kafka::client::Offset::Earliest)
+        .await
+        .unwrap();
+    let mut copies: std::collections::BTreeMap<String, Vec<(i64, i16, i32)>> = Default::default();
+    let deadline = std::time::Instant::now() + BOUND;
+    while copies.len() < sent.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} read",
+            copies.len(),
+            sent.len()
+        );
+        for r in consumer.poll(Duration::from_secs(2)).await.unwrap() {
+            let value = String::from_utf8(r.record.value.clone().unwrap().to_vec()).unwrap();
+            copies
+                .entry(value)
+                .or_default()
+                .push((r.batch.producer_id, r.batch.producer_epoch, r.sequence()));
+        }
+    }
+    let identity = producer.identity().unwrap();
+    for v in &sent {
+        let c = copies.get(v).unwrap_or_else(|| panic!("{v} missing"));
+        assert!(
+            c.iter().all(|x| *x == c[0]) && c[0].0 == identity.producer_id,
+            "{v}: copies from different batches: {c:?}"
+        );
+    }
+    assert_eq!(copies.len(), sent.len(), "values that were never sent");
+
+    // Transactional: the mock checks sequences, so exactly once.
+    let topic = mock.topic("mock-produce-cut-txn", 1);
+    let txn = TransactionalProducer::init(
+        cluster.clone(),
+        producer_config(),
+        TxnConfig::new(common::unique_topic("mock-cut-tid")),
+    )
+    .await
+    .unwrap();
+    txn.begin().unwrap();
+    mock.inject(
+        Api::Produce,
+        &[E::RD_KAFKA_RESP_ERR__TRANSPORT, E::RD_KAFKA_RESP_ERR__TRANSPORT],
+    );
+    let sent = values("cut-txn", 40);
+    let mut deliveries = Vec::new();
+    for v in &sent {
+        deliveries.push(txn.send(ProducerRecord::new(&topic, v.clone())).await.unwrap());
+    }
+    tokio::time::timeout(BOUND, txn.commit())
+        .await
+        .expect("bounded")
+        .expect("commit after the cuts");
+    for d in deliveries {
+        d.await.expect("delivered");
+    }
     let got = native_read_all(mock.client_config(), &topic, 1, sent.len()).await;
     assert_exactly_once(&got, &sent);
 }
@@ -650,7 +736,6 @@ async fn rdkafka_idempotent_producer_through_errors() {
         &[
             E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
             E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
-            E::RD_KAFKA_RESP_ERR__TRANSPORT,
             E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
         ],
     );
@@ -778,4 +863,153 @@ async fn rdkafka_leader_down_then_up() {
         .expect("delivered after the broker came back");
     let got = native_read_all(mock.client_config(), &topic, 1, 2).await;
     assert_exactly_once(&got, &["before".to_string(), "during".to_string()]);
+}
+
+// ---------------------------------------------------------------------------
+// The connector's backend seam (`connector::backend`), generic over the
+// backend so the rdkafka backend runs the same cases once it exists.
+
+use clink_kafka::connector::backend::{
+    ConsumerBackend, NativeConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
+    TransactionalProducerBackend, Watermark,
+};
+use clink_kafka::connector::KafkaMessage;
+
+/// Sends `sent` through a producer backend (keyed, so they spread), flushes
+/// and waits for every delivery.
+async fn backend_produce<P: ProducerBackend>(producer: &P, topic: &str, sent: &[String]) {
+    let mut deliveries = Vec::new();
+    for (i, v) in sent.iter().enumerate() {
+        let mut m = KafkaMessage::new(v.clone());
+        m.key = Some(format!("k{i}").into());
+        deliveries.push(producer.send(topic, None, m).await.expect("backend send"));
+    }
+    producer.flush(BOUND).await.expect("backend flush");
+    for d in deliveries {
+        let (partition, offset) = tokio::time::timeout(BOUND, d)
+            .await
+            .expect("bounded")
+            .expect("backend delivery");
+        assert!(partition >= 0 && offset >= 0);
+    }
+}
+
+/// Reads every partition of `topic` from its low watermark through a
+/// consumer backend until `expected` records arrived (bounded), then one
+/// more poll that must bring nothing.
+async fn backend_read_all<C: ConsumerBackend>(
+    consumer: &mut C,
+    topic: &str,
+    expected: usize,
+) -> Vec<(i32, i64, String)> {
+    consumer.connect().await.expect("consumer backend connect");
+    let partitions = consumer.partition_count(topic).await.expect("partition count");
+    let mut assignment = Vec::new();
+    let mut high_sum = 0;
+    for p in 0..partitions {
+        let low = consumer.watermark(topic, p, Watermark::Low).await.unwrap();
+        high_sum += consumer.watermark(topic, p, Watermark::High).await.unwrap() - low;
+        assignment.push((p, low));
+    }
+    assert_eq!(high_sum as usize, expected, "watermarks of {topic}");
+    consumer.assign(topic, &assignment).await.expect("assign");
+    let deadline = std::time::Instant::now() + BOUND;
+    let mut out = Vec::new();
+    while out.len() < expected {
+        assert!(std::time::Instant::now() < deadline, "{} of {expected} read", out.len());
+        for m in consumer.poll(Duration::from_secs(2)).await.expect("backend poll") {
+            let value = String::from_utf8(m.payload.map(|b| b.to_vec()).unwrap_or_default()).unwrap();
+            out.push((m.partition, m.offset, value));
+        }
+    }
+    let extra = consumer.poll(Duration::from_millis(300)).await.expect("backend poll");
+    assert!(extra.is_empty(), "{} records beyond {expected}", extra.len());
+    out
+}
+
+async fn backend_produce_consume_case<P: ProducerBackend, C: ConsumerBackend>(
+    mock: &Mock,
+    mut producer: P,
+    mut consumer: C,
+) {
+    let topic = mock.topic("mock-backend", 3);
+    producer.connect().await.expect("producer backend connect");
+    // Retriable Produce errors on the way: retried, no duplicate.
+    // (No connection cut here: the mock does not deduplicate a
+    // non-transactional idempotent producer; see the cut test above.)
+    mock.inject(
+        Api::Produce,
+        &[
+            E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        ],
+    );
+    let sent = values("backend", 120);
+    backend_produce(&producer, &topic, &sent).await;
+    producer.close(BOUND).await.unwrap();
+    // And Fetch errors on the way back.
+    mock.inject(
+        Api::Fetch,
+        &[
+            E::RD_KAFKA_RESP_ERR__TRANSPORT,
+            E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+        ],
+    );
+    let got = backend_read_all(&mut consumer, &topic, sent.len()).await;
+    assert_exactly_once(&got, &sent);
+    consumer.close().await.unwrap();
+}
+
+async fn backend_transactions_case<T: TransactionalProducerBackend, C: ConsumerBackend>(
+    mock: &Mock,
+    mut txn: T,
+    mut consumer: C,
+) {
+    let topic = mock.topic("mock-backend-txn", 2);
+    assert!(txn.identity().is_none(), "no identity before init");
+    let tid = common::unique_topic("mock-backend-tid");
+    let handle = txn
+        .init_transactions(&tid, Duration::from_secs(20))
+        .await
+        .expect("init_transactions");
+    assert_eq!(handle.transactional_id, tid);
+    let committed = values("backend-commit", 15);
+    let aborted = values("backend-abort", 5);
+    for (batch, commit) in [(&committed, true), (&aborted, false)] {
+        txn.begin_transaction().unwrap();
+        // A connection cut under Produce: resent, deduplicated by sequence.
+        mock.inject(Api::Produce, &[E::RD_KAFKA_RESP_ERR__TRANSPORT]);
+        backend_produce(&txn, &topic, batch).await;
+        if commit {
+            // A retriable EndTxn answer on the way.
+            mock.inject(Api::EndTxn, &[E::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS]);
+            txn.commit_transaction(BOUND).await.expect("commit");
+        } else {
+            txn.abort_transaction(BOUND).await.expect("abort");
+        }
+    }
+    let identity = txn.identity().expect("identity after init");
+    assert_eq!(identity.producer_id, handle.producer_id);
+    txn.close(BOUND).await.unwrap();
+    // No markers on the mock: the aborted records are read too, once.
+    let mut all = committed;
+    all.extend(aborted);
+    let got = backend_read_all(&mut consumer, &topic, all.len()).await;
+    assert_exactly_once(&got, &all);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_backend_produce_consume() {
+    let mock = Mock::new(3);
+    let producer = NativeProducer::new(mock.client_config(), producer_config());
+    let consumer = NativeConsumer::new(mock.client_config(), Default::default());
+    backend_produce_consume_case(&mock, producer, consumer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_backend_transactions() {
+    let mock = Mock::new(3);
+    let txn = NativeTransactionalProducer::new(mock.client_config(), producer_config());
+    let consumer = NativeConsumer::new(mock.client_config(), Default::default());
+    backend_transactions_case(&mock, txn, consumer).await;
 }
