@@ -66,11 +66,45 @@ use clink_kafka_wire::sasl::SaslMechanism;
 const NO_TLS: &str = "this build's librdkafka has no TLS (the rdkafka crate's `ssl` feature, which links \
                       OpenSSL, is not enabled); use backend = 'native'";
 
+/// A librdkafka error; a broker error also names Kafka's code
+/// (`MESSAGE_TOO_LARGE`), as the native client's errors do.
 fn rd_err(operation: impl Into<String>, e: KafkaError) -> ConnectorError {
+    let code = e
+        .rdkafka_error_code()
+        .map(|c| c as i32)
+        .filter(|c| *c > 0 && *c <= i16::MAX as i32);
+    let message = match code {
+        Some(c) => format!("{e} [{}]", clink_kafka_wire::KafkaCode(c as i16).name()),
+        None => e.to_string(),
+    };
     ConnectorError::Rdkafka {
         operation: operation.into(),
-        message: e.to_string(),
+        message,
     }
+}
+
+/// Errors a metadata or offset lookup right after a topic's creation or a
+/// leader change answers; librdkafka's synchronous lookups do not retry them.
+fn transient(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            NotLeaderForPartition
+                | LeaderNotAvailable
+                | UnknownTopicOrPartition
+                | RequestTimedOut
+                | OperationTimedOut
+                | BrokerTransportFailure
+                | AllBrokersDown
+                | NotCoordinator
+                | CoordinatorLoadInProgress
+                | CoordinatorNotAvailable
+                | UnknownLeaderEpoch
+                | FencedLeaderEpoch
+                | OffsetNotAvailable
+        )
+    )
 }
 
 fn join_err(operation: &str, e: tokio::task::JoinError) -> ConnectorError {
@@ -182,6 +216,29 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| join_err(operation, e))?
         .map_err(|e| rd_err(operation, e))
+}
+
+/// [`blocking`], retried while the error is [`transient`], until `bound`.
+async fn blocking_retried<T: Send + 'static>(
+    operation: &'static str,
+    bound: Duration,
+    call: impl Fn() -> std::result::Result<T, KafkaError> + Send + Sync + Clone + 'static,
+) -> Result<T> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let attempt = call.clone();
+        let r = tokio::task::spawn_blocking(attempt)
+            .await
+            .map_err(|e| join_err(operation, e))?;
+        match r {
+            Ok(v) => return Ok(v),
+            Err(e) if transient(&e) && Instant::now() < deadline => {
+                tracing::debug!(operation, error = %e, "transient librdkafka error; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(rd_err(operation, e)),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -420,7 +477,7 @@ impl ConsumerBackend for RdkafkaConsumer {
     async fn watermark(&mut self, topic: &str, partition: i32, which: Watermark) -> Result<i64> {
         let consumer = self.consumer()?;
         let (t, timeout) = (topic.to_owned(), self.request_timeout);
-        let (low, high) = blocking("fetching watermarks", move || {
+        let (low, high) = blocking_retried("fetching watermarks", self.metadata_max_wait, move || {
             consumer.fetch_watermarks(&t, partition, timeout)
         })
         .await?;
@@ -442,6 +499,7 @@ impl ConsumerBackend for RdkafkaConsumer {
             tpl.add_partition(topic, *p);
         }
         let timeout = self.request_timeout;
+        // One lookup (the source bounds the retries).
         let lookup = if group_id == self.group_id {
             blocking("fetching committed offsets", move || {
                 consumer.committed_offsets(tpl, timeout)
@@ -573,6 +631,7 @@ fn producer_config(options: &SinkOptions) -> Result<RdConfig> {
 pub struct RdkafkaProducer<C: ClientContext + 'static = rdkafka::client::DefaultClientContext> {
     config: RdConfig,
     producer: Option<FutureProducer<C>>,
+    partitions: PartitionCounts,
 }
 
 impl<C: ClientContext + 'static> std::fmt::Debug for RdkafkaProducer<C> {
@@ -589,7 +648,11 @@ impl RdkafkaProducer {
     pub fn new(options: &SinkOptions) -> Result<Self> {
         let config = producer_config(options)?;
         validate(&config)?;
-        Ok(RdkafkaProducer { config, producer: None })
+        Ok(RdkafkaProducer {
+            config,
+            producer: None,
+            partitions: PartitionCounts::default(),
+        })
     }
 }
 
@@ -619,14 +682,63 @@ impl Future for RdkafkaDelivery {
     }
 }
 
+/// Partition counts of the topics produced to with an explicit partition.
+#[derive(Default)]
+struct PartitionCounts(Mutex<BTreeMap<String, i32>>);
+
+/// An explicit partition must exist, as the native producer checks against
+/// its metadata (librdkafka would queue the record until it times out).
+async fn check_partition<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    counts: &PartitionCounts,
+    topic: &str,
+    partition: i32,
+    bound: Duration,
+) -> Result<()> {
+    let cached = counts.0.lock().unwrap_or_else(|p| p.into_inner()).get(topic).copied();
+    if partition >= 0 && cached.is_some_and(|n| partition < n) {
+        return Ok(());
+    }
+    let (p, t) = (producer.clone(), topic.to_owned());
+    let n = blocking_retried("fetching metadata", bound, move || {
+        let md = p.client().fetch_metadata(Some(&t), bound)?;
+        match md.topics().iter().find(|m| m.name() == t) {
+            Some(m) if m.error().is_none() => Ok(m.partitions().len() as i32),
+            Some(m) => Err(KafkaError::MetadataFetch(
+                m.error()
+                    .map(RDKafkaErrorCode::from)
+                    .unwrap_or(RDKafkaErrorCode::UnknownTopicOrPartition),
+            )),
+            None => Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition)),
+        }
+    })
+    .await?;
+    counts
+        .0
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(topic.to_owned(), n);
+    if partition < 0 || partition >= n {
+        return Err(ConnectorError::Rdkafka {
+            operation: format!("producing to {topic:?}"),
+            message: format!("partition {partition} does not exist ({topic:?} has {n} partitions)"),
+        });
+    }
+    Ok(())
+}
+
 /// Queues one record; waits (asynchronously) while librdkafka's queue is
 /// full. The caller bounds the wait (`produce_timeout`).
 async fn send_record<C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
+    counts: &PartitionCounts,
     topic: &str,
     partition: Option<i32>,
     message: KafkaMessage,
 ) -> Result<RdkafkaDelivery> {
+    if let Some(p) = partition {
+        check_partition(producer, counts, topic, p, Duration::from_secs(30)).await?;
+    }
     let mut headers = OwnedHeaders::new_with_capacity(message.headers.len());
     for h in &message.headers {
         headers = headers.insert(rdkafka::message::Header {
@@ -679,7 +791,7 @@ impl<C: ClientContext + Default + 'static> ProducerBackend for RdkafkaProducer<C
     /// Cancel safe only between records: a dropped future may have queued
     /// its record (whose delivery is then not observed).
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
-        send_record(self.producer()?, topic, partition, message).await
+        send_record(self.producer()?, &self.partitions, topic, partition, message).await
     }
 
     async fn flush(&self, timeout: Duration) -> Result<()> {
@@ -774,7 +886,11 @@ impl RdkafkaTransactionalProducer {
         validate(&config)?;
         Ok(RdkafkaTransactionalProducer {
             options_config: config.clone(),
-            inner: RdkafkaProducer { config, producer: None },
+            inner: RdkafkaProducer {
+                config,
+                producer: None,
+                partitions: PartitionCounts::default(),
+            },
             context: IdentityContext::default(),
             transactional_id: None,
             identity_fresh: false,
@@ -825,7 +941,14 @@ impl ProducerBackend for RdkafkaTransactionalProducer {
     }
 
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
-        send_record(self.inner.producer()?, topic, partition, message).await
+        send_record(
+            self.inner.producer()?,
+            &self.inner.partitions,
+            topic,
+            partition,
+            message,
+        )
+        .await
     }
 
     async fn flush(&self, timeout: Duration) -> Result<()> {
