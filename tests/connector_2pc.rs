@@ -145,7 +145,7 @@ async fn a_committed_checkpoint_is_visible_and_an_aborted_one_never_is() {
         assert_eq!((s[0].checkpoint, s[0].records), (1, 20));
         let handle = s[0].handle.clone().expect("a prepared checkpoint carries its handle");
         assert_eq!(handle.transactional_id, f.txn_id);
-        assert_eq!(handle.transaction_version, version);
+        assert_eq!(handle.transaction_version, common::connector::handle_version(version));
         assert!(handle.has_identity(), "{handle:?}");
         assert!(
             f.visible_now().await.is_empty(),

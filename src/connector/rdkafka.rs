@@ -168,8 +168,13 @@ fn base_config(
         c.set("sasl.username", &sasl.username);
         c.set("sasl.password", sasl.password.expose());
     }
+    // librdkafka's floor for the connection setup bound is 1 s (a shorter
+    // native bound is raised to it).
     let tuned = [
-        ("socket.connection.setup.timeout.ms", tuning.connect_timeout),
+        (
+            "socket.connection.setup.timeout.ms",
+            tuning.connect_timeout.map(|d| d.max(Duration::from_secs(1))),
+        ),
         ("socket.timeout.ms", tuning.request_timeout),
         ("retry.backoff.ms", tuning.retry_backoff),
         ("retry.backoff.max.ms", tuning.retry_backoff_max),

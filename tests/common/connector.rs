@@ -41,6 +41,20 @@ pub fn on_rdkafka() -> bool {
     backend() == "rdkafka"
 }
 
+/// The transaction version a 2PC sink's resume handle carries on a broker
+/// of `broker` version: the broker's natively; always V1 on rdkafka
+/// (librdkafka 2.12 speaks EndTxn v0-1 and AddPartitionsToTxn, the
+/// original protocol, on every broker — a named difference).
+pub fn handle_version(
+    broker: clink_kafka::client::TransactionVersion,
+) -> clink_kafka::client::TransactionVersion {
+    if on_rdkafka() {
+        clink_kafka::client::TransactionVersion::V1
+    } else {
+        broker
+    }
+}
+
 /// The SASL mechanism the connector tests authenticate with: SCRAM-SHA-512
 /// natively; PLAIN on rdkafka, whose librdkafka is built without OpenSSL
 /// and so without SCRAM (a named difference, tested in connector_options).
