@@ -983,6 +983,13 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
         let mut config = self.options_config.clone();
         config.set("transactional.id", transactional_id);
         config.set("transaction.timeout.ms", ms(transaction_timeout));
+        // librdkafka refuses a record that could outlive its transaction.
+        let delivery = config
+            .get("message.timeout.ms")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .unwrap_or(transaction_timeout);
+        config.set("message.timeout.ms", ms(delivery.min(transaction_timeout)));
         let producer: FutureProducer<IdentityContext> = config
             .create_with_context(self.context.clone())
             .map_err(|e| rd_err("creating the transactional producer", e))?;

@@ -45,9 +45,7 @@ pub fn on_rdkafka() -> bool {
 /// of `broker` version: the broker's natively; always V1 on rdkafka
 /// (librdkafka 2.12 speaks EndTxn v0-1 and AddPartitionsToTxn, the
 /// original protocol, on every broker — a named difference).
-pub fn handle_version(
-    broker: clink_kafka::client::TransactionVersion,
-) -> clink_kafka::client::TransactionVersion {
+pub fn handle_version(broker: clink_kafka::client::TransactionVersion) -> clink_kafka::client::TransactionVersion {
     if on_rdkafka() {
         clink_kafka::client::TransactionVersion::V1
     } else {
