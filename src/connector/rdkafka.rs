@@ -202,14 +202,24 @@ fn base_config(
 
 /// librdkafka's own validation of every property name and value, without
 /// I/O: a bad verbatim property fails the build of the operator, naming it.
+/// The error names the property as the user wrote it (`kafka.<property>`)
+/// and never echoes the value of a secret one.
 fn validate(config: &RdConfig) -> Result<()> {
-    config
-        .create_native_config()
-        .map(drop)
-        .map_err(|e| ConnectorError::UnsupportedProperty {
+    match config.create_native_config() {
+        Ok(_) => Ok(()),
+        Err(KafkaError::ClientConfig(_, desc, key, value)) => Err(ConnectorError::UnsupportedProperty {
+            property: format!("kafka.{key}"),
+            reason: if super::security::is_secret_option(&key) {
+                format!("librdkafka refused it: {desc}")
+            } else {
+                format!("librdkafka refused the value {value:?}: {desc}")
+            },
+        }),
+        Err(e) => Err(ConnectorError::UnsupportedProperty {
             property: "kafka.<property>".into(),
             reason: format!("librdkafka refused the configuration: {e}"),
-        })
+        }),
+    }
 }
 
 /// Runs a blocking librdkafka call off the runtime.
