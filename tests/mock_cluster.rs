@@ -1013,3 +1013,104 @@ async fn native_backend_transactions() {
     let consumer = NativeConsumer::new(mock.client_config(), Default::default());
     backend_transactions_case(&mock, txn, consumer).await;
 }
+
+// ---------------------------------------------------------------------------
+// The connector's sinks, built from their options, against the mock.
+
+/// The at-least-once text sink (options parsed as the engine gives them)
+/// delivers through a retriable Produce error and flushes on the barrier;
+/// the two-phase-commit sink prepares at the barrier and commits through a
+/// retriable EndTxn answer, writing its receipt. Read back once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connector_sinks_through_the_mock() {
+    use clink_kafka::connector::options::{parse_sink, parse_two_phase_commit, FactoryKind};
+    use clink_kafka::connector::{KafkaSink, Sink, StagedCheckpoint, Text, TextKafkaSink, TwoPhaseCommitSink};
+    let mock = Mock::new(3);
+    let bootstrap = mock.bootstrap();
+
+    let topic = mock.topic("mock-sink", 2);
+    let params: std::collections::BTreeMap<String, String> = [
+        ("brokers", bootstrap.as_str()),
+        ("topic", topic.as_str()),
+        ("linger_ms", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut sink = TextKafkaSink::new(KafkaSink::new(parse_sink(FactoryKind::TextSink, &params).unwrap()).unwrap());
+    tokio::time::timeout(BOUND, sink.open())
+        .await
+        .expect("bounded")
+        .unwrap();
+    mock.inject(Api::Produce, &[E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS]);
+    let sent = values("sink", 30);
+    sink.on_data(sent.iter().map(|v| Text::from(v.clone())).collect())
+        .await
+        .unwrap();
+    tokio::time::timeout(BOUND, sink.on_barrier(1))
+        .await
+        .expect("bounded")
+        .unwrap();
+    let counters = sink.inner().counters();
+    assert_eq!((counters.delivered(), counters.delivery_errors()), (30, 0));
+    sink.on_commit(1).await.unwrap();
+    sink.close().await.unwrap();
+    let got = native_read_all(mock.client_config(), &topic, 2, sent.len()).await;
+    assert_exactly_once(&got, &sent);
+
+    let topic = mock.topic("mock-2pc", 1);
+    let receipts = std::env::temp_dir().join(format!("{topic}-receipts"));
+    let tid = format!("{topic}-txn");
+    let params: std::collections::BTreeMap<String, String> = [
+        ("brokers", bootstrap.as_str()),
+        ("topic", topic.as_str()),
+        ("transactional_id", tid.as_str()),
+        ("receipt_dir", receipts.to_str().unwrap()),
+        ("linger_ms", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut sink = TwoPhaseCommitSink::new(parse_two_phase_commit(&params, 0, 1).unwrap()).unwrap();
+    tokio::time::timeout(BOUND, sink.open())
+        .await
+        .expect("bounded")
+        .unwrap();
+    let sent = values("2pc", 25);
+    sink.on_data(sent.iter().map(|v| Text::from(v.clone())).collect())
+        .await
+        .unwrap();
+    let rows = tokio::time::timeout(BOUND, sink.on_barrier(1))
+        .await
+        .expect("bounded")
+        .unwrap();
+    let staged: Vec<StagedCheckpoint> = rows
+        .iter()
+        .map(|r| StagedCheckpoint::from_row(r).unwrap().expect("a 2PC row"))
+        .collect();
+    assert_eq!((staged.len(), staged[0].records), (1, 25), "{rows:?}");
+    let handle = staged[0]
+        .handle
+        .clone()
+        .expect("a prepared checkpoint carries its handle");
+    assert_eq!(handle.transaction_version, TransactionVersion::V1);
+    mock.inject(
+        Api::EndTxn,
+        &[
+            E::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS,
+            E::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+        ],
+    );
+    tokio::time::timeout(BOUND, sink.on_commit(1))
+        .await
+        .expect("bounded")
+        .expect("commit through retriable EndTxn answers");
+    assert!(receipts.join("sub0-1").exists(), "the commit wrote its receipt");
+    tokio::time::timeout(BOUND, sink.close())
+        .await
+        .expect("bounded")
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&receipts);
+    let got = native_read_all(mock.client_config(), &topic, 1, sent.len()).await;
+    assert_exactly_once(&got, &sent);
+}
