@@ -6,11 +6,11 @@
 //! error naming the API; every case reads its topic back and counts, so a
 //! duplicate or a lost record fails it; every wait is bounded.
 //!
-//! Clients: the native client (`clink_kafka::client`), the connector's
-//! native backend (`connector::backend`, generic helpers ready for the
-//! rdkafka backend), and librdkafka through the `rdkafka` crate's own
-//! producer and consumer (reading what the native client wrote, and the
-//! reverse).
+//! Clients: the native client (`clink_kafka::client`); the connector's
+//! backend seam (`connector::backend`, generic helpers ready for the rdkafka
+//! backend) and its sinks (at least once, two-phase commit) and source built
+//! from options; and librdkafka through the `rdkafka` crate's own producers
+//! and consumer (reading what the native client wrote, and the reverse).
 //!
 //! What the mock (librdkafka 2.12.1) lacks stays on the real broker
 //! (`tests/sasl.rs`, `tls.rs`, `transactions.rs`, `read_committed.rs`,
