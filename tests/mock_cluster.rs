@@ -1206,3 +1206,27 @@ async fn connector_source_through_the_mock() {
     );
     restored.close().await.unwrap();
 }
+
+/// librdkafka's consumer reads what the native producer wrote, once, through
+/// retriable Fetch errors, a cut connection and added round-trip time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_consumer_through_fetch_errors_and_delay() {
+    let mock = Mock::new(2);
+    let topic = mock.topic("mock-rdk-consume", 2);
+    let producer = native_producer(&mock).await;
+    let sent = values("rdk-read", 80);
+    native_produce(&producer, &topic, &sent).await;
+    mock.inject(
+        Api::Fetch,
+        &[
+            E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            E::RD_KAFKA_RESP_ERR__TRANSPORT,
+            E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        ],
+    );
+    mock.cluster
+        .broker_round_trip_time(-1, Duration::from_millis(100))
+        .unwrap();
+    let got = rdkafka_read_all(mock.rdkafka_config(), &topic, 2, sent.len()).await;
+    assert_exactly_once(&got, &sent);
+}
