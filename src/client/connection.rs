@@ -90,6 +90,9 @@ struct Command {
     version: i16,
     frame: Bytes,
     reply: Option<oneshot::Sender<Result<Bytes>>>,
+    /// For a request without an answer: told once the frame is written, so
+    /// the caller can bound what is queued (acks=0 produce).
+    written: Option<oneshot::Sender<Result<Bytes>>>,
 }
 
 /// A request written and waiting for its response.
@@ -300,7 +303,53 @@ impl BrokerConnection {
             version,
             frame,
             reply: None,
+            written: None,
         })
+    }
+
+    /// Queues `body` at `version` now, in call order, and returns the wait
+    /// for its answer. Requests started one after another on a connection
+    /// reach the broker in that order (the producer relies on it for the
+    /// order of a partition's batches).
+    pub(crate) fn start_request<R: ApiRequest>(&self, version: i16, body: &R) -> Result<PendingResponse<R>> {
+        let (correlation_id, frame) = self.encode(version, body)?;
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Command {
+            correlation_id,
+            api: R::NAME,
+            version,
+            frame,
+            reply: Some(tx),
+            written: None,
+        })?;
+        Ok(PendingResponse {
+            conn: self.clone(),
+            rx,
+            correlation_id,
+            version,
+            _r: std::marker::PhantomData,
+        })
+    }
+
+    /// Queues `body` at `version` now for a request the broker never answers;
+    /// the returned receiver resolves once the frame is written to the
+    /// socket (or the connection fails).
+    pub(crate) fn start_unanswered<R: ApiRequest>(
+        &self,
+        version: i16,
+        body: &R,
+    ) -> Result<oneshot::Receiver<Result<Bytes>>> {
+        let (correlation_id, frame) = self.encode(version, body)?;
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Command {
+            correlation_id,
+            api: R::NAME,
+            version,
+            frame,
+            reply: None,
+            written: Some(tx),
+        })?;
+        Ok(rx)
     }
 
     fn encode<R: ApiRequest>(&self, version: i16, body: &R) -> Result<(i32, Bytes)> {
@@ -332,7 +381,18 @@ impl BrokerConnection {
             version,
             frame,
             reply: Some(tx),
+            written: None,
         })?;
+        self.wait_response(api, version, correlation_id, rx).await
+    }
+
+    async fn wait_response(
+        &self,
+        api: &'static str,
+        version: i16,
+        correlation_id: i32,
+        rx: oneshot::Receiver<Result<Bytes>>,
+    ) -> Result<Bytes> {
         match tokio::time::timeout(self.shared.request_timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.closed_error()),
@@ -441,6 +501,30 @@ impl BrokerConnection {
     }
 }
 
+/// A request queued by [`BrokerConnection::start_request`]; [`wait`]
+/// its answer (bounded by the request timeout, as `request_at`).
+///
+/// [`wait`]: PendingResponse::wait
+pub(crate) struct PendingResponse<R: ApiRequest> {
+    conn: BrokerConnection,
+    rx: oneshot::Receiver<Result<Bytes>>,
+    correlation_id: i32,
+    version: i16,
+    _r: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: ApiRequest> PendingResponse<R> {
+    /// Waits for and decodes the answer. Dropping this future drops only the
+    /// wait: the request stays written and its answer is discarded.
+    pub(crate) async fn wait(self) -> Result<R::Response> {
+        let conn = self.conn;
+        let raw = conn
+            .wait_response(R::NAME, self.version, self.correlation_id, self.rx)
+            .await?;
+        frame::decode_response::<R>(raw, self.version, self.correlation_id).map_err(|e| conn.protocol_error(R::NAME, e))
+    }
+}
+
 /// The task that owns the socket.
 struct Driver {
     broker: BrokerRef,
@@ -497,7 +581,7 @@ impl Driver {
         }
         commands.close();
         while let Ok(c) = commands.try_recv() {
-            if let Some(reply) = c.reply {
+            if let Some(reply) = c.reply.or(c.written) {
                 let _ = reply.send(Err(error.clone()));
             }
         }
@@ -588,6 +672,7 @@ impl Driver {
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> Result<()> {
         let mut batch = Vec::with_capacity(WRITE_BATCH);
+        let mut pending_written = Vec::new();
         while let Some(first) = commands.recv().await {
             batch.push(first);
             while batch.len() < WRITE_BATCH {
@@ -616,9 +701,15 @@ impl Driver {
                 tracing::trace!(broker = %self.broker, api = c.api, version = c.version,
                     correlation_id = c.correlation_id, bytes = c.frame.len(), "write");
                 wr.write_all(&c.frame).await.map_err(|e| self.io_error(e))?;
+                if let Some(written) = c.written {
+                    pending_written.push(written);
+                }
             }
             // A TLS stream buffers records until flushed (a no-op for TCP).
             wr.flush().await.map_err(|e| self.io_error(e))?;
+            for w in pending_written.drain(..) {
+                let _ = w.send(Ok(Bytes::new()));
+            }
         }
         // Every handle is gone.
         let _ = wr.shutdown().await;
