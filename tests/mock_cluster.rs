@@ -6,11 +6,13 @@
 //! error naming the API; every case reads its topic back and counts, so a
 //! duplicate or a lost record fails it; every wait is bounded.
 //!
-//! Clients: the native client (`clink_kafka::client`); the connector's
-//! backend seam (`connector::backend`, generic helpers ready for the rdkafka
-//! backend) and its sinks (at least once, two-phase commit) and source built
-//! from options; and librdkafka through the `rdkafka` crate's own producers
-//! and consumer (reading what the native client wrote, and the reverse).
+//! Clients: the native client (`clink_kafka::client`); the connector on both
+//! backends (`backend = native | rdkafka`): the backend seam
+//! (`connector::backend`, the same generic cases over `Native*` and
+//! `Rdkafka*`), and the sinks (at least once, two-phase commit) and source
+//! built from options; and librdkafka through the `rdkafka` crate's own
+//! producers and consumer (reading what the native client wrote, and the
+//! reverse).
 //!
 //! What the mock (librdkafka 2.12.1) lacks stays on the real broker
 //! (`tests/sasl.rs`, `tls.rs`, `transactions.rs`, `read_committed.rs`,
@@ -714,9 +716,8 @@ async fn round_trip_time_slow_and_timed_out() {
 
 // ---------------------------------------------------------------------------
 // librdkafka through the `rdkafka` crate's own producer, on the same mock:
-// what it writes, the native consumer reads exactly once.
-// (When the connector's rdkafka backend lands, the backend-level cases
-// below run on it too.)
+// what it writes, the native consumer reads exactly once. (The connector's
+// rdkafka backend runs the backend-level and connector cases below.)
 
 /// librdkafka's idempotent producer, with the same injected Produce errors
 /// as the native case, reads back exactly once.
@@ -867,7 +868,7 @@ async fn rdkafka_leader_down_then_up() {
 
 // ---------------------------------------------------------------------------
 // The connector's backend seam (`connector::backend`), generic over the
-// backend so the rdkafka backend runs the same cases once it exists.
+// backend: the same cases on the native and the rdkafka backend.
 
 use clink_kafka::connector::backend::{
     ConsumerBackend, NativeConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
@@ -1024,9 +1025,19 @@ async fn native_backend_transactions() {
 /// the two-phase-commit sink prepares at the barrier and commits through a
 /// retriable EndTxn answer, writing its receipt. Read back once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connector_sinks_through_the_mock() {
+async fn connector_sinks_through_the_mock_native() {
+    connector_sinks_case("native").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connector_sinks_through_the_mock_rdkafka() {
+    connector_sinks_case("rdkafka").await;
+}
+
+async fn connector_sinks_case(backend: &str) {
     use clink_kafka::connector::options::{parse_sink, parse_two_phase_commit, FactoryKind};
-    use clink_kafka::connector::{KafkaSink, Sink, StagedCheckpoint, Text, TextKafkaSink, TwoPhaseCommitSink};
+    use clink_kafka::connector::selected::{kafka_sink, two_phase_commit_sink};
+    use clink_kafka::connector::{Sink, StagedCheckpoint, Text, TextKafkaSink};
     let mock = Mock::new(3);
     let bootstrap = mock.bootstrap();
 
@@ -1035,11 +1046,12 @@ async fn connector_sinks_through_the_mock() {
         ("brokers", bootstrap.as_str()),
         ("topic", topic.as_str()),
         ("linger_ms", "1"),
+        ("backend", backend),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let mut sink = TextKafkaSink::new(KafkaSink::new(parse_sink(FactoryKind::TextSink, &params).unwrap()).unwrap());
+    let mut sink = TextKafkaSink::new(kafka_sink(parse_sink(FactoryKind::TextSink, &params).unwrap()).unwrap());
     tokio::time::timeout(BOUND, sink.open())
         .await
         .expect("bounded")
@@ -1069,11 +1081,12 @@ async fn connector_sinks_through_the_mock() {
         ("transactional_id", tid.as_str()),
         ("receipt_dir", receipts.to_str().unwrap()),
         ("linger_ms", "1"),
+        ("backend", backend),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let mut sink = TwoPhaseCommitSink::new(parse_two_phase_commit(&params, 0, 1).unwrap()).unwrap();
+    let mut sink = two_phase_commit_sink(parse_two_phase_commit(&params, 0, 1).unwrap()).unwrap();
     tokio::time::timeout(BOUND, sink.open())
         .await
         .expect("bounded")
@@ -1123,8 +1136,18 @@ async fn connector_sinks_through_the_mock() {
 /// Fetch connection; a source restored from their snapshots reads only what
 /// came after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connector_source_through_the_mock() {
+async fn connector_source_through_the_mock_native() {
+    connector_source_case("native").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connector_source_through_the_mock_rdkafka() {
+    connector_source_case("rdkafka").await;
+}
+
+async fn connector_source_case(backend: &str) {
     use clink_kafka::connector::options::{parse_source, FactoryKind};
+    use clink_kafka::connector::selected::{kafka_source, SelectedConsumer};
     use clink_kafka::connector::{KafkaSource, Source};
     let mock = Mock::new(3);
     let topic = mock.topic("mock-source", 3);
@@ -1139,14 +1162,15 @@ async fn connector_source_through_the_mock() {
         ("topic", topic.as_str()),
         ("group_id", group.as_str()),
         ("auto_offset_reset", "earliest"),
+        ("backend", backend),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let build = |index| KafkaSource::new(parse_source(FactoryKind::MessageSource, &params, index, 2).unwrap()).unwrap();
+    let build = |index| kafka_source(parse_source(FactoryKind::MessageSource, &params, index, 2).unwrap()).unwrap();
 
     /// Calls `produce` until `n` records came, bounded.
-    async fn read_n(s: &mut KafkaSource, n: usize) -> Vec<(i32, i64, String)> {
+    async fn read_n(s: &mut KafkaSource<SelectedConsumer>, n: usize) -> Vec<(i32, i64, String)> {
         let deadline = std::time::Instant::now() + BOUND;
         let mut out = Vec::new();
         while out.len() < n {
@@ -1192,7 +1216,7 @@ async fn connector_source_through_the_mock() {
     // snapshots reads exactly the new ones.
     let second = values("src-after", 30);
     native_produce(&producer, &topic, &second).await;
-    let mut restored = KafkaSource::new(parse_source(FactoryKind::MessageSource, &params, 0, 1).unwrap()).unwrap();
+    let mut restored = kafka_source(parse_source(FactoryKind::MessageSource, &params, 0, 1).unwrap()).unwrap();
     restored.restore(&rows).expect("restore from both subtasks' rows");
     tokio::time::timeout(BOUND, restored.open())
         .await
@@ -1231,4 +1255,40 @@ async fn rdkafka_consumer_through_fetch_errors_and_delay() {
         .unwrap();
     let got = rdkafka_read_all(mock.rdkafka_config(), &topic, 2, sent.len()).await;
     assert_exactly_once(&got, &sent);
+}
+
+/// Options for the rdkafka backend's constructors: the mock, `topic`.
+fn rdkafka_backend_params(mock: &Mock, topic: &str) -> std::collections::BTreeMap<String, String> {
+    [
+        ("brokers", mock.bootstrap()),
+        ("topic", topic.to_owned()),
+        ("backend", "rdkafka".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_backend_produce_consume() {
+    use clink_kafka::connector::options::{parse_sink, parse_source, FactoryKind};
+    use clink_kafka::connector::rdkafka::{RdkafkaConsumer, RdkafkaProducer};
+    let mock = Mock::new(3);
+    // The case creates its own topic; the options only need a name.
+    let params = rdkafka_backend_params(&mock, "unused");
+    let producer: RdkafkaProducer =
+        RdkafkaProducer::new(&parse_sink(FactoryKind::MessageSink, &params).unwrap()).unwrap();
+    let consumer = RdkafkaConsumer::new(&parse_source(FactoryKind::MessageSource, &params, 0, 1).unwrap()).unwrap();
+    backend_produce_consume_case(&mock, producer, consumer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_backend_transactions() {
+    use clink_kafka::connector::options::{parse_sink, parse_source, FactoryKind};
+    use clink_kafka::connector::rdkafka::{RdkafkaConsumer, RdkafkaTransactionalProducer};
+    let mock = Mock::new(3);
+    let params = rdkafka_backend_params(&mock, "unused");
+    let txn = RdkafkaTransactionalProducer::new(&parse_sink(FactoryKind::MessageSink, &params).unwrap()).unwrap();
+    let consumer = RdkafkaConsumer::new(&parse_source(FactoryKind::MessageSource, &params, 0, 1).unwrap()).unwrap();
+    backend_transactions_case(&mock, txn, consumer).await;
 }
