@@ -554,3 +554,48 @@ async fn the_cli_on_rdkafka_writes_and_prints_what_the_native_paths_do() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("compression") && err.contains("libz"), "{err}");
 }
+
+/// A named difference: this build's librdkafka has no zlib, so a gzip batch
+/// is an error of the rdkafka source's poll, never a silent skip.
+#[cfg(feature = "rdkafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_batch_is_a_poll_error_on_rdkafka_never_a_skip() {
+    use clink_kafka::client::Producer;
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("xb-gzip");
+    common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
+    let config = ProducerConfig {
+        compression: clink_kafka::wire::compression::Compression::Gzip,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(cluster.clone(), config).await.unwrap();
+    for v in values("gz", 10) {
+        producer.send(ProducerRecord::new(&topic, v)).await.unwrap();
+    }
+    producer.flush(T).await.unwrap();
+    let o = parse_source(
+        FactoryKind::MessageSource,
+        &params(&[("brokers", &brokers), ("topic", &topic), ("backend", "rdkafka")]),
+        0,
+        1,
+    )
+    .unwrap();
+    let mut source = selected::kafka_source(o).unwrap();
+    source.open().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let e = loop {
+        assert!(Instant::now() < deadline, "no error within 30 s");
+        let mut batches = Vec::new();
+        match source.produce(&mut batches).await {
+            Ok(n) => assert_eq!(n, 0, "gzip records cannot be read by this build's librdkafka"),
+            Err(e) => break e,
+        }
+    };
+    eprintln!("the rdkafka poll error: {e}");
+    assert!(
+        e.to_string().to_lowercase().contains("compress") || e.to_string().contains("Not implemented"),
+        "{e}"
+    );
+    source.close().await.unwrap();
+}

@@ -438,6 +438,9 @@ fn classify(e: KafkaError) -> Option<ConnectorError> {
                 | SaslAuthenticationFailed
                 | Authentication
                 | Fatal
+                // A batch this build cannot inflate (gzip, zstd): never skipped silently.
+                | NotImplemented
+                | BadCompression
         )
     );
     if fatal {
