@@ -1,61 +1,58 @@
 //! The consumer: manual partition assignment, seeking (ListOffsets), and a
-//! batched [`poll`](Consumer::poll) that fetches from every assigned
-//! partition's leader at once and hands back many records per call.
+//! bounded, pipelined [`poll`](Consumer::poll) over the wire crate's fetch
+//! state machine ([`clink_kafka_wire::fetcher`]).
 //!
-//! Records are the wire crate's zero-copy [`Record`]s: key, value and header
+//! The state machine decides everything a Fetch response means — which
+//! records are handed over, where positions go, what the next request asks
+//! for (full or incremental, [KIP-227] fetch sessions per broker), whether
+//! to refresh metadata, reset an offset, back off or honour a throttle
+//! ([KIP-219]). This file only moves bytes and time: it sends the requests
+//! the state machine builds (at most one in flight per broker, each in its
+//! own task so it keeps going while the caller works through the previous
+//! answer), feeds the answers back, and sleeps when told to.
+//!
+//! Memory is bounded by configuration: a response's record bytes stay as
+//! they came (compressed) until their records are handed over, a batch is
+//! inflated only then (capped by [`ConsumerConfig::max_batch_inflate`]),
+//! and one poll hands over at most [`ConsumerConfig::max_poll_records`]
+//! records and [`ConsumerConfig::max_poll_bytes`] bytes. A partition whose
+//! data has not all been handed over is not fetched again.
+//!
+//! Records are the wire crate's zero-copy [`Record`](clink_kafka_wire::record::Record)s: key, value and header
 //! bytes are slices of the fetched frame (or of the one inflated buffer of a
 //! compressed batch). No consumer group yet: positions live in the consumer.
 //!
 //! Isolation ([KIP-98]): under `read_committed` the broker returns data only
 //! up to the last stable offset and lists the aborted transactions in the
-//! range; we apply that list per producer id exactly as the Java client's
-//! `CompletedFetch` does (a producer's batches are dropped from the first
-//! offset of its aborted transaction until its ABORT marker), never deliver
-//! past the last stable offset, and never deliver control records at either
-//! level.
+//! range; the state machine applies that list per producer id exactly as the
+//! Java client's `CompletedFetch` does, never delivers past the last stable
+//! offset, and never delivers control records at either level.
 //!
 //! Fetch is spoken up to v12: v13 and later name topics by id ([KIP-516]).
 //!
 //! [KIP-98]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging
+//! [KIP-219]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-219+-+Improve+quota+communication
+//! [KIP-227]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-227%3A+Introduce+Incremental+FetchRequests+to+Increase+Partition+Scalability
 //! [KIP-516]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-516%3A+Topic+Identifiers
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clink_kafka_wire::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use clink_kafka_wire::kafka_protocol::messages::fetch_response::PartitionData;
+use clink_kafka_wire::fetcher::{FetchError, FetchOutcome, Fetcher, FetcherConfig};
 use clink_kafka_wire::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use clink_kafka_wire::kafka_protocol::messages::{FetchRequest, FetchResponse, ListOffsetsRequest, TopicName};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
-use clink_kafka_wire::record::{BatchHeader, BatchIter, ControlKind, DecodeOptions, Record};
-use clink_kafka_wire::KafkaCode;
 
+pub use clink_kafka_wire::fetcher::{ConsumerRecord, IsolationLevel};
+
+use super::backoff::Backoff;
 use super::cluster::{needs_metadata_refresh, Cluster};
 use super::connection::BrokerConnection;
 use crate::error::{BrokerRef, Error, Result};
 
 /// Highest Fetch version used: v13 needs topic ids.
 const FETCH_MAX_VERSION: i16 = 12;
-
-/// Which records a consumer may see (`isolation.level`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum IsolationLevel {
-    /// Everything up to the high watermark, aborted transactions included.
-    #[default]
-    ReadUncommitted,
-    /// Only committed data, up to the last stable offset.
-    ReadCommitted,
-}
-
-impl IsolationLevel {
-    fn wire(self) -> i8 {
-        match self {
-            IsolationLevel::ReadUncommitted => 0,
-            IsolationLevel::ReadCommitted => 1,
-        }
-    }
-}
 
 /// Where to position a partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +86,27 @@ pub struct ConsumerConfig {
     /// Where an unpositioned or out-of-range partition starts
     /// (`auto.offset.reset`); `None` makes an out-of-range offset an error.
     pub auto_offset_reset: Option<Offset>,
+    /// `max.poll.records`: the most records one [`Consumer::poll`] hands
+    /// over (default 500, as Java's). At least 1.
+    pub max_poll_records: usize,
+    /// The most bytes of keys, values and headers one [`Consumer::poll`]
+    /// hands over (default 8 MiB). A record larger than this still arrives,
+    /// alone. At least 1.
+    pub max_poll_bytes: usize,
+    /// The most bytes one compressed batch may inflate to (default 64 MiB);
+    /// a batch that inflates further is a corrupt-record error. Batches are
+    /// inflated one at a time, when their records are handed over, so the
+    /// consumer's memory is about: the compressed data of one answer per
+    /// broker (`fetch.max.bytes`, two while the next fetch is pipelined)
+    /// plus one inflated batch (zstd: up to twice this) plus what the
+    /// caller still holds of earlier polls.
+    pub max_batch_inflate: usize,
+    /// Use fetch sessions (KIP-227): after the first (full) fetch, each
+    /// request names only what changed. Default on.
+    pub fetch_sessions: bool,
+    /// The longest a broker's `throttle_time_ms` (KIP-219) is honoured
+    /// before the next fetch to it (default 30 s).
+    pub max_throttle: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -101,89 +119,130 @@ impl Default for ConsumerConfig {
             partition_max_bytes: 4 * 1024 * 1024,
             check_crcs: true,
             auto_offset_reset: Some(Offset::Latest),
+            max_poll_records: 500,
+            max_poll_bytes: 8 * 1024 * 1024,
+            max_batch_inflate: 64 * 1024 * 1024,
+            fetch_sessions: true,
+            max_throttle: Duration::from_secs(30),
         }
     }
 }
 
-/// A consumed record and where it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConsumerRecord {
-    pub topic: Arc<str>,
-    pub partition: i32,
-    /// Offset, timestamp, key, value, headers (zero-copy `Bytes`).
-    pub record: Record,
-    /// The header of the batch the record came in: producer id and epoch,
-    /// base sequence, compression, transactional flag, timestamp type.
-    pub batch: BatchHeader,
-}
-
-impl ConsumerRecord {
-    /// The record's producer sequence number (base sequence plus offset
-    /// delta), or -1 for a non-idempotent batch.
-    pub fn sequence(&self) -> i32 {
-        if self.batch.base_sequence < 0 {
-            return -1;
+impl ConsumerConfig {
+    fn fetcher_config(&self) -> FetcherConfig {
+        FetcherConfig {
+            isolation: self.isolation,
+            check_crcs: self.check_crcs,
+            partition_max_bytes: self.partition_max_bytes,
+            max_batch_inflate: self.max_batch_inflate,
+            auto_reset: self.auto_offset_reset.is_some(),
+            sessions: self.fetch_sessions,
         }
-        let delta = (self.record.offset - self.batch.base_offset) as i32;
-        self.batch.base_sequence.wrapping_add(delta) & i32::MAX
+    }
+
+    fn validate(&self) -> Result<()> {
+        let at_least_one = |option: &'static str, v: usize| {
+            if v == 0 {
+                Err(Error::Config {
+                    option,
+                    message: "must be at least 1, not 0".to_owned(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        at_least_one("max_poll_records", self.max_poll_records)?;
+        at_least_one("max_poll_bytes", self.max_poll_bytes)?;
+        at_least_one("max_batch_inflate", self.max_batch_inflate)?;
+        if self.partition_max_bytes <= 0 || self.max_bytes <= 0 {
+            return Err(Error::Config {
+                option: "max.partition.fetch.bytes / fetch.max.bytes",
+                message: format!(
+                    "must be positive, not {} / {}",
+                    self.partition_max_bytes, self.max_bytes
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
-#[derive(Clone, Debug)]
-struct Assigned {
-    topic: Arc<str>,
-    partition: i32,
-    position: Option<i64>,
-    high_watermark: i64,
-    last_stable_offset: i64,
+/// When the next fetch to one broker may go.
+#[derive(Debug)]
+struct BrokerPace {
+    not_before: Option<Instant>,
+    /// In a mutex only so that the consumer is `Sync` (its jitter source
+    /// is `Send` but not `Sync`); never contended.
+    backoff: std::sync::Mutex<Backoff>,
 }
+
+impl BrokerPace {
+    fn next_delay(&self) -> Duration {
+        self.backoff
+            .lock()
+            .map(|mut b| b.next_delay())
+            .unwrap_or(Duration::from_millis(100))
+    }
+}
+
+/// What a fetch task returns.
+type FetchAnswer = (i32, BrokerRef, Instant, Duration, Result<FetchResponse>);
 
 /// A consumer with manual assignment.
-#[derive(Debug)]
 pub struct Consumer {
     cluster: Cluster,
     config: ConsumerConfig,
-    assigned: Vec<Assigned>,
+    /// Assignment, positions, buffered (undelivered) data, sessions: all of
+    /// it here in `self`, so a dropped `poll` loses nothing.
+    fetcher: Fetcher,
+    conns: HashMap<i32, BrokerConnection>,
+    /// One fetch per broker at most; each keeps going between polls.
+    in_flight: tokio::task::JoinSet<FetchAnswer>,
+    pace: HashMap<i32, BrokerPace>,
+    /// Topics whose metadata an answer said is stale.
+    refresh: Vec<Arc<str>>,
+    /// An error that arrived while records were being handed over, or from
+    /// a fetch between polls; the next poll returns it.
+    pending_error: Option<Error>,
 }
 
-/// What one partition's fetch answer told us to do next.
-enum Next {
-    Continue,
-    RefreshMetadata,
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("cluster", &self.cluster)
+            .field("config", &self.config)
+            .field("fetcher", &self.fetcher)
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
 }
 
 impl Consumer {
     /// A consumer with nothing assigned.
     pub fn new(cluster: Cluster, config: ConsumerConfig) -> Self {
         Consumer {
+            fetcher: Fetcher::new(config.fetcher_config()),
             cluster,
             config,
-            assigned: Vec::new(),
+            conns: HashMap::new(),
+            in_flight: tokio::task::JoinSet::new(),
+            pace: HashMap::new(),
+            refresh: Vec::new(),
+            pending_error: None,
         }
     }
 
     /// Replaces the assignment. Partitions kept from the old assignment keep
-    /// their positions; new ones start unpositioned (see
-    /// [`ConsumerConfig::auto_offset_reset`]).
+    /// their positions and undelivered records; new ones start unpositioned
+    /// (see [`ConsumerConfig::auto_offset_reset`]).
     pub fn assign<T: AsRef<str>>(&mut self, partitions: &[(T, i32)]) {
-        let old = std::mem::take(&mut self.assigned);
-        for (topic, partition) in partitions {
-            let topic = topic.as_ref();
-            let kept = old
-                .iter()
-                .find(|a| &*a.topic == topic && a.partition == *partition)
-                .cloned();
-            self.assigned.push(kept.unwrap_or_else(|| Assigned {
-                topic: Arc::from(topic),
-                partition: *partition,
-                position: None,
-                high_watermark: -1,
-                last_stable_offset: -1,
-            }));
-        }
+        self.fetcher.assign(partitions);
     }
 
     /// Assigns every partition of `topic`.
+    ///
+    /// Cancel safety: this method is cancel safe; the assignment changes
+    /// only once the metadata has arrived.
     pub async fn assign_topic(&mut self, topic: &str) -> Result<()> {
         let t = self.cluster.topic(topic).await?;
         let parts: Vec<(&str, i32)> = t.partitions.iter().map(|p| (topic, p.partition)).collect();
@@ -193,31 +252,42 @@ impl Consumer {
 
     /// The partitions assigned.
     pub fn assignment(&self) -> Vec<(Arc<str>, i32)> {
-        self.assigned.iter().map(|a| (a.topic.clone(), a.partition)).collect()
+        self.fetcher.assignment().map(|(t, p)| (t.clone(), p)).collect()
     }
 
-    fn find(&mut self, topic: &str, partition: i32) -> Result<&mut Assigned> {
-        self.assigned
-            .iter_mut()
-            .find(|a| &*a.topic == topic && a.partition == partition)
-            .ok_or_else(|| Error::NotAssigned {
+    fn check_assigned(&self, topic: &str, partition: i32) -> Result<()> {
+        if self.fetcher.is_assigned(topic, partition) {
+            Ok(())
+        } else {
+            Err(Error::NotAssigned {
                 topic: topic.to_owned(),
                 partition,
             })
+        }
     }
 
     /// Moves `topic[partition]` to `offset`; returns the resolved position.
+    /// Undelivered records of the partition are dropped.
+    ///
+    /// Cancel safety: this method is cancel safe in that a dropped call
+    /// changes nothing (the position moves only after the ListOffsets
+    /// answer arrived); but the seek itself is then lost, so a caller that
+    /// drops it must seek again before relying on the position.
     pub async fn seek(&mut self, topic: &str, partition: i32, offset: Offset) -> Result<i64> {
-        self.find(topic, partition)?;
+        self.check_assigned(topic, partition)?;
         let position = match offset {
             Offset::At(o) => o,
             other => self.list_offset(topic, partition, other).await?,
         };
-        self.find(topic, partition)?.position = Some(position);
+        self.check_assigned(topic, partition)?;
+        self.fetcher.seek(topic, partition, Some(position));
         Ok(position)
     }
 
     /// Moves every assigned partition to `offset`.
+    ///
+    /// Cancel safety: not cancel safe: a dropped call may have moved some
+    /// partitions and not others.
     pub async fn seek_all(&mut self, offset: Offset) -> Result<()> {
         for (topic, partition) in self.assignment() {
             self.seek(&topic, partition, offset).await?;
@@ -225,20 +295,20 @@ impl Consumer {
         Ok(())
     }
 
-    /// The next offset `poll` will fetch from, once positioned.
+    /// The next offset `poll` will hand over, once positioned.
     pub fn position(&self, topic: &str, partition: i32) -> Option<i64> {
-        self.assigned
-            .iter()
-            .find(|a| &*a.topic == topic && a.partition == partition)
-            .and_then(|a| a.position)
+        self.fetcher.position(topic, partition)
     }
 
     /// The high watermark and last stable offset from the latest fetch.
     pub fn watermarks(&self, topic: &str, partition: i32) -> Option<(i64, i64)> {
-        self.assigned
-            .iter()
-            .find(|a| &*a.topic == topic && a.partition == partition)
-            .map(|a| (a.high_watermark, a.last_stable_offset))
+        self.fetcher.watermarks(topic, partition)
+    }
+
+    /// The fetch session with the broker `node_id`: its id (0 when none)
+    /// and the epoch of the next request (KIP-227).
+    pub fn fetch_session(&self, node_id: i32) -> Option<(i32, i32)> {
+        self.fetcher.session(node_id).map(|s| s.id_and_epoch())
     }
 
     /// Asks the leader for the earliest or latest offset (ListOffsets; the
@@ -330,293 +400,326 @@ impl Consumer {
         }
     }
 
-    /// Fetches from every assigned partition and returns what arrived: many
-    /// records per call, in offset order per partition. Waits up to
-    /// `timeout` for at least one record; an empty vector means none came.
-    /// A retriable error is retried until `timeout`, then returned.
+    /// Hands over the records that arrived: many per call, in offset order
+    /// per partition, at most [`ConsumerConfig::max_poll_records`] and
+    /// [`ConsumerConfig::max_poll_bytes`]. `timeout` is a deadline for the
+    /// whole call: it returns an empty vector when nothing came by then.
+    /// Before returning records it sends the next fetch to every broker
+    /// whose partitions are drained, so the next answer is on its way while
+    /// the caller works. A retriable error is retried until `timeout`, then
+    /// returned.
+    ///
+    /// Cancel safety: this method is cancel safe. Fetched records not yet
+    /// handed over live in the consumer, and positions move only when
+    /// records are returned; if the future is dropped before it completes,
+    /// no record is lost and none is skipped: the next call hands over
+    /// exactly what this one would have. A fetch already sent keeps going
+    /// and its answer is used by the next call.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.config.validate()?;
         let deadline = Instant::now() + timeout;
-        let mut out = Vec::new();
         let mut backoff = self.cluster.backoff();
         loop {
-            let result = self.fetch_round(deadline, &mut out).await;
+            // No await between taking records and returning them.
+            match self
+                .fetcher
+                .take_records(self.config.max_poll_records, self.config.max_poll_bytes)
+            {
+                Ok(records) if !records.is_empty() => {
+                    self.send_fetches(self.config.max_wait);
+                    return Ok(records);
+                }
+                Ok(_) => {}
+                Err(e) => return Err(fetch_error(e, None)),
+            }
+            if let Some(e) = self.pending_error.take() {
+                return Err(e);
+            }
+            // Everything below may be dropped at any await without loss.
+            if let Err(e) = self.prepare().await {
+                let now = Instant::now();
+                if !e.is_retriable() || now >= deadline {
+                    return Err(e);
+                }
+                tracing::debug!(error = %e, "preparing the fetch failed; retrying");
+                tokio::time::sleep(backoff.next_delay().min(deadline - now)).await;
+                continue;
+            }
+            // Within the call, the broker's wait ends by our deadline.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            self.send_fetches(self.config.max_wait.min(remaining));
             let now = Instant::now();
-            match result {
-                Ok(()) if !out.is_empty() || now >= deadline => return Ok(out),
-                Ok(()) => {}
-                Err(e) if e.is_retriable() && now < deadline => {
-                    tracing::debug!(error = %e, "fetch failed; retrying");
-                    let delay = backoff.next_delay().min(deadline - now);
-                    tokio::time::sleep(delay).await;
-                }
-                Err(e) => {
-                    if out.is_empty() {
-                        return Err(e);
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let wake = self.next_wake(now).map_or(deadline, |w| w.min(deadline));
+            if self.in_flight.is_empty() {
+                tokio::time::sleep_until(wake.into()).await;
+                continue;
+            }
+            tokio::select! {
+                joined = self.in_flight.join_next() => {
+                    if let Some(joined) = joined {
+                        self.handle_answer(joined);
                     }
-                    // Hand over what we have; the error comes back next time.
-                    tracing::debug!(error = %e, "fetch failed after records arrived");
-                    return Ok(out);
                 }
+                _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
     }
 
-    /// One fetch from each leader; appends records to `out`.
-    async fn fetch_round(&mut self, deadline: Instant, out: &mut Vec<ConsumerRecord>) -> Result<()> {
-        if self.assigned.is_empty() {
-            tokio::time::sleep_until(deadline.into()).await;
-            return Ok(());
+    /// Refreshes stale metadata, positions unpositioned partitions and
+    /// opens connections to the leaders of fetchable partitions. Changes
+    /// `self` only with finished work.
+    async fn prepare(&mut self) -> Result<()> {
+        if !self.refresh.is_empty() {
+            let topics: Vec<Arc<str>> = self.refresh.clone();
+            let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
+            self.cluster.refresh_topics(&names).await?;
+            self.refresh.retain(|t| !topics.contains(t));
         }
-        // Position whatever is unpositioned.
-        for i in 0..self.assigned.len() {
-            if self.assigned[i].position.is_none() {
-                let (topic, partition) = (self.assigned[i].topic.clone(), self.assigned[i].partition);
-                let reset = self.config.auto_offset_reset.unwrap_or(Offset::Latest);
-                self.seek(&topic, partition, reset).await?;
+        for (topic, partition) in self.fetcher.unpositioned() {
+            let reset = self.config.auto_offset_reset.unwrap_or(Offset::Latest);
+            let position = self.list_offset(&topic, partition, reset).await?;
+            // Still unpositioned (no seek meanwhile): position it.
+            if self.fetcher.is_assigned(&topic, partition) && self.fetcher.position(&topic, partition).is_none() {
+                tracing::debug!(%topic, partition, position, "positioned");
+                self.fetcher.seek(&topic, partition, Some(position));
             }
         }
-        // Group by leader.
-        let mut by_leader: BTreeMap<i32, (BrokerConnection, Vec<usize>)> = BTreeMap::new();
-        for (i, a) in self.assigned.iter().enumerate() {
-            let (leader, conn) = self.cluster.leader(&a.topic, a.partition).await?;
-            by_leader.entry(leader).or_insert_with(|| (conn, Vec::new())).1.push(i);
+        let metadata = self.cluster.metadata();
+        for (topic, partition) in self.fetcher.fetchable() {
+            let leader = metadata
+                .topics
+                .get(&*topic)
+                .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+                .map(|p| p.leader)
+                .filter(|l| *l >= 0);
+            let leader = match leader {
+                Some(l) => l,
+                None => self.cluster.leader(&topic, partition).await?.0,
+            };
+            let open = self.conns.get(&leader).is_some_and(|c| !c.is_closed());
+            if !open {
+                let conn = self.cluster.broker(leader).await?;
+                self.conns.insert(leader, conn);
+            }
         }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let max_wait = self.config.max_wait.min(remaining);
-        let mut tasks = tokio::task::JoinSet::new();
-        for (_, (conn, indexes)) in by_leader {
-            let request = self.fetch_request(&indexes, max_wait);
-            tasks.spawn(async move {
-                let result = fetch(&conn, &request).await;
-                (conn.broker().clone(), indexes, result)
-            });
+        Ok(())
+    }
+
+    /// Sends a fetch to every broker that leads a fetchable partition, has
+    /// an open connection, nothing in flight and no pause, asking it to
+    /// wait up to `max_wait` for data. Never waits itself.
+    fn send_fetches(&mut self, max_wait: Duration) {
+        let fetchable = self.fetcher.fetchable();
+        if fetchable.is_empty() {
+            return;
         }
-        let mut first_error = None;
-        let mut refresh = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            let (broker, indexes, result) = joined.expect("fetch task panicked");
-            let response = match result {
-                Ok(r) => r,
+        let metadata = self.cluster.metadata();
+        let mut by_leader: HashMap<i32, Vec<(Arc<str>, i32)>> = HashMap::new();
+        for (topic, partition) in fetchable {
+            let Some(leader) = metadata
+                .topics
+                .get(&*topic)
+                .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+                .map(|p| p.leader)
+                .filter(|l| *l >= 0)
+            else {
+                continue;
+            };
+            by_leader.entry(leader).or_default().push((topic, partition));
+        }
+        let now = Instant::now();
+        let max_wait = max_wait.as_millis().min(i32::MAX as u128) as i32;
+        for (broker, partitions) in by_leader {
+            if self.fetcher.in_flight(broker) {
+                continue;
+            }
+            if self
+                .pace
+                .get(&broker)
+                .and_then(|p| p.not_before)
+                .is_some_and(|t| t > now)
+            {
+                continue;
+            }
+            let Some(conn) = self.conns.get(&broker).filter(|c| !c.is_closed()).cloned() else {
+                continue;
+            };
+            let version = match conn.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION)) {
+                Ok(v) => v,
                 Err(e) => {
-                    first_error.get_or_insert(e);
+                    self.pending_error.get_or_insert(e);
                     continue;
                 }
             };
-            if response.error_code != 0 {
-                first_error.get_or_insert(Error::kafka("Fetch", &broker, None, None, response.error_code, None));
-                continue;
-            }
-            for topic in response.responses {
-                for data in topic.partitions {
-                    let Some(&i) = indexes.iter().find(|&&i| {
-                        self.assigned[i].topic.as_ref() == topic.topic.0.as_str()
-                            && self.assigned[i].partition == data.partition_index
-                    }) else {
-                        continue;
-                    };
-                    match self.handle_partition(i, &broker, data, out) {
-                        Ok(Next::Continue) => {}
-                        Ok(Next::RefreshMetadata) => refresh.push(self.assigned[i].topic.clone()),
-                        Err(e) => {
-                            first_error.get_or_insert(e);
-                        }
-                    }
-                }
-            }
-        }
-        if !refresh.is_empty() {
-            let topics: Vec<&str> = refresh.iter().map(|t| &**t).collect();
-            self.cluster.refresh_topics(&topics).await?;
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    fn fetch_request(&self, indexes: &[usize], max_wait: Duration) -> FetchRequest {
-        let mut topics: Vec<FetchTopic> = Vec::new();
-        for &i in indexes {
-            let a = &self.assigned[i];
-            let mut p = FetchPartition::default();
-            p.partition = a.partition;
-            p.fetch_offset = a.position.expect("positioned before fetching");
-            p.partition_max_bytes = self.config.partition_max_bytes;
-            p.current_leader_epoch = -1;
-            p.log_start_offset = -1;
-            match topics.iter_mut().find(|t| t.topic.0.as_str() == &*a.topic) {
-                Some(t) => t.partitions.push(p),
-                None => {
-                    let mut t = FetchTopic::default();
-                    t.topic = TopicName(StrBytes::from_string(a.topic.to_string()));
-                    t.partitions = vec![p];
-                    topics.push(t);
-                }
-            }
-        }
-        let mut request = FetchRequest::default();
-        request.replica_id = (-1).into();
-        request.max_wait_ms = max_wait.as_millis().min(i32::MAX as u128) as i32;
-        request.min_bytes = self.config.min_bytes;
-        request.max_bytes = self.config.max_bytes;
-        request.isolation_level = self.config.isolation.wire();
-        request.session_id = 0;
-        request.session_epoch = -1;
-        request.topics = topics;
-        request
-    }
-
-    /// Applies one partition's answer: records to `out`, position forward.
-    fn handle_partition(
-        &mut self,
-        i: usize,
-        broker: &BrokerRef,
-        data: PartitionData,
-        out: &mut Vec<ConsumerRecord>,
-    ) -> Result<Next> {
-        let read_committed = self.config.isolation == IsolationLevel::ReadCommitted;
-        let check_crcs = self.config.check_crcs;
-        let reset = self.config.auto_offset_reset;
-        let a = &mut self.assigned[i];
-        let code = KafkaCode(data.error_code);
-        if code == KafkaCode::OFFSET_OUT_OF_RANGE {
-            let offset = a.position.unwrap_or(-1);
-            return match reset {
-                Some(_) => {
-                    tracing::info!(topic = %a.topic, partition = a.partition, offset, "offset out of range; resetting");
-                    a.position = None;
-                    Ok(Next::Continue)
-                }
-                None => Err(Error::OffsetOutOfRange {
-                    topic: a.topic.to_string(),
-                    partition: a.partition,
-                    offset,
-                }),
-            };
-        }
-        if !code.is_ok() {
-            if needs_metadata_refresh(code) {
-                return Ok(Next::RefreshMetadata);
-            }
-            if code.is_retriable() {
-                return Ok(Next::Continue);
-            }
-            return Err(Error::kafka(
-                "Fetch",
+            let Some(request) = self.fetcher.build_request(
                 broker,
-                Some(&a.topic),
-                Some(a.partition),
-                code.0,
-                None,
-            ));
-        }
-        a.high_watermark = data.high_watermark;
-        a.last_stable_offset = data.last_stable_offset;
-        let mut position = a.position.expect("positioned before fetching");
-        // Never deliver at or past this offset.
-        let upper = if read_committed && data.last_stable_offset >= 0 {
-            data.last_stable_offset
-        } else {
-            data.high_watermark
-        };
-        let records = data.records.unwrap_or_default();
-        let fetched_bytes = records.len();
-        let mut aborted: VecDeque<(i64, i64)> = VecDeque::new();
-        if read_committed {
-            let mut list: Vec<(i64, i64)> = data
-                .aborted_transactions
-                .unwrap_or_default()
-                .iter()
-                .map(|t| (t.first_offset, t.producer_id.0))
-                .collect();
-            list.sort_unstable();
-            aborted = list.into();
-        }
-        let mut aborted_producers: HashSet<i64> = HashSet::new();
-        let opts = DecodeOptions {
-            verify_crc: check_crcs,
-            ..DecodeOptions::default()
-        };
-        let mut decoded_any = false;
-        let corrupt = |offset: i64, e: clink_kafka_wire::Error| Error::CorruptRecord {
-            topic: a.topic.to_string(),
-            partition: a.partition,
-            offset,
-            source: Arc::new(e),
-        };
-        'batches: for batch in BatchIter::new(records, opts) {
-            let batch = batch.map_err(|e| corrupt(position, e))?;
-            decoded_any = true;
-            let h = batch.header;
-            if h.next_offset() <= position {
+                &partitions,
+                max_wait,
+                self.config.min_bytes,
+                self.config.max_bytes,
+            ) else {
                 continue;
-            }
-            if h.base_offset >= upper {
-                break;
-            }
-            if read_committed && h.producer_id >= 0 {
-                while let Some(&(first_offset, pid)) = aborted.front() {
-                    if first_offset > h.last_offset() {
-                        break;
-                    }
-                    aborted_producers.insert(pid);
-                    aborted.pop_front();
-                }
-                if h.is_control() {
-                    let control = batch.control_record().map_err(|e| corrupt(h.base_offset, e))?;
-                    if matches!(control.map(|c| c.kind), Some(ControlKind::Abort)) {
-                        aborted_producers.remove(&h.producer_id);
-                    }
-                    position = h.next_offset();
-                    continue;
-                }
-                if h.is_transactional() && aborted_producers.contains(&h.producer_id) {
-                    tracing::trace!(topic = %a.topic, partition = a.partition, offset = h.base_offset,
-                        producer_id = h.producer_id, "skipping aborted batch");
-                    position = h.next_offset();
-                    continue;
-                }
-            }
-            if h.is_control() {
-                position = h.next_offset();
-                continue;
-            }
-            for r in batch.records() {
-                let r = r.map_err(|e| corrupt(h.base_offset, e))?;
-                if r.offset < position {
-                    continue;
-                }
-                if r.offset >= upper {
-                    position = r.offset;
-                    break 'batches;
-                }
-                out.push(ConsumerRecord {
-                    topic: a.topic.clone(),
-                    partition: a.partition,
-                    record: batch.to_owned_record(&r),
-                    batch: h,
-                });
-            }
-            position = h.next_offset();
-        }
-        if fetched_bytes > 0 && !decoded_any {
-            // The broker always sends the first batch whole (KIP-74), so a
-            // partial one alone means a limit on our side cut it.
-            return Err(Error::TooLarge {
-                what: "partial record batch",
-                size: fetched_bytes,
-                limit: self.config.partition_max_bytes as usize,
-                option: "max.partition.fetch.bytes",
+            };
+            tracing::trace!(
+                broker,
+                session_id = request.session_id,
+                session_epoch = request.session_epoch,
+                partitions = request.topics.iter().map(|t| t.partitions.len()).sum::<usize>(),
+                "fetch"
+            );
+            let asked = Duration::from_millis(max_wait.max(0) as u64);
+            self.in_flight.spawn(async move {
+                let sent = Instant::now();
+                let result = conn.request_at(version, &request).await;
+                (broker, conn.broker().clone(), sent, asked, result)
             });
         }
-        self.assigned[i].position = Some(position);
-        Ok(Next::Continue)
+    }
+
+    /// The earliest time a paused broker may be fetched from again.
+    fn next_wake(&self, now: Instant) -> Option<Instant> {
+        self.pace
+            .values()
+            .filter_map(|p| p.not_before)
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    fn pace(&mut self, broker: i32) -> &mut BrokerPace {
+        let backoff = self.cluster.backoff();
+        self.pace.entry(broker).or_insert_with(|| BrokerPace {
+            not_before: None,
+            backoff: std::sync::Mutex::new(backoff),
+        })
+    }
+
+    /// Feeds one fetch's answer to the state machine and applies what it
+    /// asks for.
+    fn handle_answer(&mut self, joined: std::result::Result<FetchAnswer, tokio::task::JoinError>) {
+        let (broker, broker_ref, sent, asked, result) = match joined {
+            Ok(answer) => answer,
+            Err(e) => {
+                // A fetch task cannot panic short of a bug; a cancelled one
+                // (the consumer is being dropped) has no broker to blame.
+                tracing::error!(error = %e, "fetch task failed");
+                return;
+            }
+        };
+        let now = Instant::now();
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.fetcher.handle_failure(broker);
+                if self.conns.get(&broker).is_some_and(|c| c.is_closed()) {
+                    self.conns.remove(&broker);
+                }
+                let pace = self.pace(broker);
+                pace.not_before = Some(now + pace.next_delay());
+                if e.is_retriable() {
+                    tracing::debug!(broker, error = %e, "fetch failed; retrying");
+                } else {
+                    self.pending_error.get_or_insert(e);
+                }
+                return;
+            }
+        };
+        let outcome: FetchOutcome = self.fetcher.handle_response(broker, response);
+        if outcome.ignored > 0 {
+            tracing::debug!(broker, ignored = outcome.ignored, "fetch answer entries ignored");
+        }
+        for topic in &outcome.refresh_metadata {
+            if !self.refresh.contains(topic) {
+                self.refresh.push(topic.clone());
+            }
+        }
+        for (topic, partition) in &outcome.reset_offsets {
+            tracing::info!(%topic, partition, "offset out of range; resetting");
+        }
+        let fruitless = outcome.fruitless();
+        if let Some(e) = outcome.errors.into_iter().next() {
+            self.pending_error.get_or_insert(fetch_error(e, Some(&broker_ref)));
+        }
+        let throttle = Duration::from_millis(outcome.throttle_ms as u64).min(self.config.max_throttle);
+        let retriable_error = outcome.retriable_error;
+        let fresh = self.cluster.backoff();
+        let pace = self.pace(broker);
+        let mut not_before = now + throttle;
+        if retriable_error {
+            not_before = not_before.max(now + pace.next_delay());
+        } else if fruitless {
+            // Nothing usable: no sooner than the wait we asked the broker
+            // for (a broker that long-polled as asked costs no extra wait;
+            // one that answers empty at once cannot make us spin).
+            not_before = not_before.max(sent + asked);
+        } else {
+            pace.backoff = std::sync::Mutex::new(fresh);
+        }
+        pace.not_before = (not_before > now).then_some(not_before);
     }
 }
 
-async fn fetch(conn: &BrokerConnection, request: &FetchRequest) -> Result<FetchResponse> {
-    let version = conn.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION))?;
-    conn.request_at(version, request).await
+fn fetch_error(e: FetchError, broker: Option<&BrokerRef>) -> Error {
+    match e {
+        FetchError::Corrupt {
+            topic,
+            partition,
+            offset,
+            source,
+        } => Error::CorruptRecord {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            source,
+        },
+        FetchError::OffsetOutOfRange {
+            topic,
+            partition,
+            offset,
+        } => Error::OffsetOutOfRange {
+            topic: topic.to_string(),
+            partition,
+            offset,
+        },
+        FetchError::PartialBatch { size, limit, .. } => Error::TooLarge {
+            what: "partial record batch",
+            size,
+            limit,
+            option: "max.partition.fetch.bytes",
+        },
+        FetchError::Partition { topic, partition, code } => match broker {
+            Some(b) => Error::kafka("Fetch", b, Some(&topic), Some(partition), code.0, None),
+            None => Error::Protocol {
+                broker: BrokerRef::addr("unknown broker"),
+                api: "Fetch",
+                source: Arc::new(clink_kafka_wire::Error::Invalid {
+                    context: "fetch",
+                    message: format!("{topic}[{partition}]: {code}"),
+                }),
+            },
+        },
+        FetchError::Response { code } => match broker {
+            Some(b) => Error::kafka("Fetch", b, None, None, code.0, None),
+            None => Error::Protocol {
+                broker: BrokerRef::addr("unknown broker"),
+                api: "Fetch",
+                source: Arc::new(clink_kafka_wire::Error::Invalid {
+                    context: "fetch",
+                    message: code.to_string(),
+                }),
+            },
+        },
+        other => Error::Protocol {
+            broker: broker.cloned().unwrap_or_else(|| BrokerRef::addr("unknown broker")),
+            api: "Fetch",
+            source: Arc::new(clink_kafka_wire::Error::Invalid {
+                context: "fetch",
+                message: other.to_string(),
+            }),
+        },
+    }
 }
 
 fn missing_partition(api: &'static str, broker: &BrokerRef, topic: &str, partition: i32) -> Error {

@@ -59,6 +59,11 @@ pub trait ConsumerBackend: Send {
 
     /// Waits up to `timeout` for records; returns what arrived (possibly
     /// more than one fetch's worth, in offset order per partition).
+    ///
+    /// Cancel safety: implementations must be cancel safe (`KafkaSource`
+    /// relies on it): a dropped call loses no fetched record and moves no
+    /// position past an undelivered one. `NativeConsumer`'s is, through
+    /// `Consumer::poll`.
     fn poll(&mut self, timeout: Duration) -> impl Future<Output = Result<Vec<KafkaMessage>>> + Send;
 
     fn close(&mut self) -> impl Future<Output = Result<()>> + Send;

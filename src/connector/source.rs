@@ -414,12 +414,15 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         let added: Vec<i32> = (self.partition_count..count)
             .filter(|p| self.options.owns(*p))
             .collect();
-        self.partition_count = count;
         if added.is_empty() {
+            self.partition_count = count;
             return Ok(());
         }
+        // Counted only once assigned, so a dropped call is redone.
         let starts = self.resolve_starts(&added, false).await?;
-        self.reassign(starts).await
+        self.reassign(starts).await?;
+        self.partition_count = count;
+        Ok(())
     }
 
     fn take_pending(&mut self, batch: &mut Vec<KafkaMessage>) {
@@ -448,6 +451,13 @@ impl<B: ConsumerBackend> KafkaSource<B> {
     }
 
     /// Forms and emits at most one batch.
+    ///
+    /// Cancel safety: this method is cancel safe. Polled records wait in
+    /// `self.pending` until the batch is formed, and the batch is taken,
+    /// the positions advanced and the batch emitted with no await in
+    /// between; a future dropped before that leaves every record pending for
+    /// the next call (which starts a fresh `batch_max_wait`). A dropped
+    /// partition discovery is redone by the next call.
     pub async fn produce_batch(&mut self, emitter: &mut dyn Emitter<KafkaMessage>) -> Result<usize> {
         if !self.opened {
             return Err(ConnectorError::CallOrder {
@@ -460,18 +470,15 @@ impl<B: ConsumerBackend> KafkaSource<B> {
             self.schedule_discovery();
         }
         let max = self.options.max_batch_size;
-        let mut batch = Vec::with_capacity(max.min(self.pending.len().max(64)));
-        self.take_pending(&mut batch);
-        if batch.is_empty() {
+        if self.pending.is_empty() {
             self.poll_into_pending(self.options.poll_timeout).await?;
-            self.take_pending(&mut batch);
-            if batch.is_empty() {
+            if self.pending.is_empty() {
                 return Ok(0);
             }
         }
         let begun = Instant::now();
         let bound = self.options.batch_max_wait;
-        while batch.len() < max {
+        while self.pending.len() < max {
             let timeout = if bound.is_zero() {
                 self.options.poll_timeout
             } else {
@@ -486,8 +493,11 @@ impl<B: ConsumerBackend> KafkaSource<B> {
             if self.pending.len() == before && bound.is_zero() {
                 break;
             }
-            self.take_pending(&mut batch);
         }
+        // From here to the end: no await, so a batch is either emitted with
+        // its positions advanced, or not formed at all.
+        let mut batch = Vec::with_capacity(max.min(self.pending.len()));
+        self.take_pending(&mut batch);
         // One merge into the offset map per batch.
         let mut scratch: Vec<(i32, i64)> = Vec::new();
         for m in &batch {

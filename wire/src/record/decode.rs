@@ -68,6 +68,19 @@ impl RecordBatch {
     /// response that is a batch the broker cut at the size limit, and the
     /// consumer asks again from its offset. `Ok(Some((batch, used)))` otherwise.
     pub fn decode(input: &Bytes, opts: &DecodeOptions) -> Result<Option<(RecordBatch, usize)>> {
+        match Self::peek(input, opts)? {
+            None => Ok(None),
+            Some((header, total)) => Ok(Some((Self::inflate(input, header, opts)?, total))),
+        }
+    }
+
+    /// Reads and checks the header of the batch at the front of `input`
+    /// (length, magic, CRC, count, codec) without touching its records:
+    /// nothing is inflated. `Ok(None)` as for [`decode`](Self::decode);
+    /// otherwise the header and the batch's size. A consumer uses this to
+    /// skip batches it will not deliver and to inflate a batch only when its
+    /// records are about to be handed over ([`inflate`](Self::inflate)).
+    pub fn peek(input: &[u8], opts: &DecodeOptions) -> Result<Option<(BatchHeader, usize)>> {
         let b: &[u8] = input;
         if b.len() < LOG_OVERHEAD {
             return Ok(None);
@@ -139,6 +152,18 @@ impl RecordBatch {
                 detail: "a count cannot be negative",
             });
         }
+        Compression::from_attributes(header.attributes)?;
+        Ok(Some((header, total)))
+    }
+
+    /// The batch whose header [`peek`](Self::peek) returned for the front
+    /// of `input`: its record section, inflated (capped at
+    /// `max_decompressed_size`) when compressed, a zero-copy slice when not.
+    pub fn inflate(input: &Bytes, header: BatchHeader, opts: &DecodeOptions) -> Result<RecordBatch> {
+        let total = header.size_in_bytes();
+        if input.len() < total || total < BATCH_HEADER_LEN {
+            return Err(Error::truncated("record batch", total, input.len()));
+        }
         let compression = Compression::from_attributes(header.attributes)?;
         let body = input.slice(BATCH_HEADER_LEN..total);
         let records = match compression {
@@ -149,19 +174,16 @@ impl RecordBatch {
         // the bytes cannot hold before anyone sizes a buffer from it.
         if header.record_count as usize > records.len() / MIN_RECORD_LEN {
             return Err(Error::RecordCountMismatch {
-                base_offset,
+                base_offset: header.base_offset,
                 declared: header.record_count,
                 detail: "the batch is too short to hold them",
             });
         }
-        Ok(Some((
-            RecordBatch {
-                header,
-                compression,
-                records,
-            },
-            total,
-        )))
+        Ok(RecordBatch {
+            header,
+            compression,
+            records,
+        })
     }
 
     /// Decodes `input` as exactly one whole batch: a short input is an
@@ -192,6 +214,19 @@ impl RecordBatch {
     /// The uncompressed record section (zero-copy for uncompressed batches).
     pub fn records_bytes(&self) -> &Bytes {
         &self.records
+    }
+
+    /// Resumes iterating where [`RecordIter::cursor`] was taken, over this
+    /// same batch. (A cursor from another batch parses whatever its numbers
+    /// point at: errors, never a panic.)
+    pub fn records_at(&self, cursor: RecordCursor) -> RecordIter<'_> {
+        let len = self.records.len();
+        RecordIter {
+            rest: &self.records[len - cursor.rest_len.min(len)..],
+            left: cursor.left,
+            header: &self.header,
+            failed: cursor.failed,
+        }
     }
 
     /// Iterates the records as borrowed views. Yields exactly
@@ -401,6 +436,26 @@ fn take_field<'a>(buf: &'a [u8], context: &'static str) -> Result<(Option<&'a [u
     Ok((Some(&rest[..len]), &rest[len..]))
 }
 
+/// Where a [`RecordIter`] stands: enough to resume it later over the same
+/// batch ([`RecordBatch::records_at`]) without holding a borrow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordCursor {
+    rest_len: usize,
+    left: u32,
+    failed: bool,
+}
+
+impl RecordCursor {
+    /// The start of `batch`'s records.
+    pub fn start(batch: &RecordBatch) -> Self {
+        RecordCursor {
+            rest_len: batch.records.len(),
+            left: batch.header.record_count.max(0) as u32,
+            failed: false,
+        }
+    }
+}
+
 /// Iterates a batch's records as [`RecordRef`]s.
 #[derive(Clone, Debug)]
 pub struct RecordIter<'a> {
@@ -496,6 +551,16 @@ fn fast_field<'a>(b: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
 }
 
 impl<'a> RecordIter<'a> {
+    /// Where this iterator stands, to resume later with
+    /// [`RecordBatch::records_at`].
+    pub fn cursor(&self) -> RecordCursor {
+        RecordCursor {
+            rest_len: self.rest.len(),
+            left: self.left,
+            failed: self.failed,
+        }
+    }
+
     /// Parses the next record: a branch-light fast path, falling back to
     /// [`parse_slow`](Self::parse_slow) (which names the exact fault) on any
     /// irregularity.

@@ -20,7 +20,7 @@ mod decode;
 mod dump;
 mod encode;
 
-pub use decode::{BatchIter, DecodeOptions, HeaderIter, Record, RecordBatch, RecordIter, RecordRef};
+pub use decode::{BatchIter, DecodeOptions, HeaderIter, Record, RecordBatch, RecordCursor, RecordIter, RecordRef};
 pub use dump::dump_batch;
 pub use encode::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
 

@@ -1,0 +1,270 @@
+//! The `fetch` fuzz target's harness: drives a [`Fetcher`] with a script of
+//! requests, arbitrary responses, polls, seeks and failures read from the
+//! input, and checks after every step what the consumer promises:
+//!
+//! - no panic (and no hang: every loop is bounded by the input);
+//! - no allocation beyond the bounds: batches inflate under a 1 MiB cap,
+//!   and a poll hands over at most its record count and byte bound (one
+//!   record over the byte bound only when it comes alone);
+//! - a position never moves backwards (except by `seek`), and no offset is
+//!   delivered twice: per partition, delivered offsets strictly increase;
+//! - nothing at or past the high watermark (the LSO under
+//!   `read_committed`) of the answer the records came from is delivered,
+//!   and no control record is.
+//!
+//! Input: one flags byte, then operations (see [`fetch`]). Responses carry
+//! raw record bytes from the input, so the fuzzer writes batches itself;
+//! CRC checking is a flag so it can get past the CRC.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchResponse, ProducerId, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{Fetcher, FetcherConfig, IsolationLevel};
+use crate::record::RecordBatch;
+
+const TOPICS: [&str; 3] = ["a", "b", "unasked"];
+const CODES: [i16; 8] = [0, 0, 0, 1, 6, 3, 70, 87];
+
+struct Input<'a> {
+    data: &'a [u8],
+}
+
+impl Input<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.data.split_first()?;
+        self.data = rest;
+        Some(b)
+    }
+    fn small(&mut self) -> Option<i64> {
+        self.byte().map(|b| i64::from(b as i8))
+    }
+    fn bytes(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.data.len());
+        let (head, rest) = self.data.split_at(n);
+        self.data = rest;
+        head
+    }
+}
+
+/// The harness. Returns normally for every input (with the number of
+/// records delivered); a broken promise panics.
+pub fn fetch(data: &[u8]) -> usize {
+    let mut input = Input { data };
+    let Some(flags) = input.byte() else { return 0 };
+    let mut count = 0;
+    let read_committed = flags & 1 != 0;
+    let config = FetcherConfig {
+        isolation: if read_committed {
+            IsolationLevel::ReadCommitted
+        } else {
+            IsolationLevel::ReadUncommitted
+        },
+        check_crcs: flags & 2 != 0,
+        partition_max_bytes: 1 << 20,
+        max_batch_inflate: 1 << 20,
+        auto_reset: flags & 4 != 0,
+        sessions: flags & 8 != 0,
+    };
+    let mut f = Fetcher::new(config);
+    let parts: Vec<(&str, i32)> = vec![("a", 0), ("a", 1), ("b", 0)];
+    f.assign(&parts);
+    for (t, p) in &parts {
+        f.seek(t, *p, Some(0));
+    }
+    // Per partition: the last delivered offset since the last seek, and the
+    // position floor.
+    let mut delivered: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut ops = 0;
+    while let Some(op) = input.byte() {
+        ops += 1;
+        if ops > 256 {
+            return count;
+        }
+        let positions: Vec<Option<i64>> = parts.iter().map(|(t, p)| f.position(t, *p)).collect();
+        match op % 6 {
+            0 => {
+                let broker = i32::from(input.byte().unwrap_or(0) % 2);
+                let wanted: Vec<(Arc<str>, i32)> = f.fetchable();
+                let _ = f.build_request(broker, &wanted, 0, 1, 1 << 20);
+            }
+            1 => {
+                let broker = i32::from(input.byte().unwrap_or(0) % 2);
+                let response = response(&mut input, &f);
+                let _ = f.handle_response(broker, response);
+            }
+            2 => {
+                let max_records = usize::from(input.byte().unwrap_or(0) % 8) + 1;
+                let max_bytes = usize::from(input.byte().unwrap_or(0)) * 16;
+                let marks: Vec<Option<(i64, i64)>> = parts.iter().map(|(t, p)| f.watermarks(t, *p)).collect();
+                if let Ok(records) = f.take_records(max_records, max_bytes) {
+                    assert!(records.len() <= max_records, "more records than asked for");
+                    let total: usize = records.iter().map(|r| super::record_size(&r.record)).sum();
+                    assert!(
+                        total <= max_bytes || records.len() == 1,
+                        "{total} bytes over the bound {max_bytes} in {} records",
+                        records.len()
+                    );
+                    for r in &records {
+                        let i = parts
+                            .iter()
+                            .position(|(t, p)| *t == &*r.topic && *p == r.partition)
+                            .expect("a record for an assigned partition");
+                        let key = (r.topic.to_string(), r.partition);
+                        let offset = r.record.offset;
+                        if let Some(&last) = delivered.get(&key) {
+                            assert!(offset > last, "{key:?}: offset {offset} after {last}");
+                        }
+                        let floor = positions[i].expect("records only for positioned partitions");
+                        assert!(offset >= floor, "{key:?}: offset {offset} below position {floor}");
+                        let (hwm, lso) = marks[i].expect("assigned");
+                        let upper = if read_committed && lso >= 0 { lso } else { hwm };
+                        assert!(offset < upper, "{key:?}: offset {offset} at or past {upper}");
+                        assert!(!r.batch.is_control(), "control record delivered");
+                        delivered.insert(key, offset);
+                        count += 1;
+                    }
+                }
+            }
+            3 => {
+                let i = usize::from(input.byte().unwrap_or(0)) % parts.len();
+                let to = input.small().unwrap_or(0).max(0);
+                let (t, p) = parts[i];
+                f.seek(t, p, Some(to));
+                delivered.remove(&(t.to_string(), p));
+                continue;
+            }
+            4 => {
+                let broker = i32::from(input.byte().unwrap_or(0) % 2);
+                f.handle_failure(broker);
+            }
+            _ => {
+                let to = input.small().unwrap_or(0).max(0);
+                for (t, p) in f.unpositioned() {
+                    f.seek(&t, p, Some(to));
+                    delivered.remove(&(t.to_string(), p));
+                }
+                continue;
+            }
+        }
+        // Positions never move backwards (a reset unpositions; that is not
+        // a move).
+        for (i, (t, p)) in parts.iter().enumerate() {
+            if let (Some(before), Some(after)) = (positions[i], f.position(t, *p)) {
+                assert!(after >= before, "{t}[{p}] moved back from {before} to {after}");
+            }
+        }
+    }
+    count
+}
+
+/// A response built from the input: entries for known and unknown
+/// partitions, error codes, watermarks near the position, aborted
+/// transactions, and raw record bytes.
+fn response(input: &mut Input<'_>, f: &Fetcher) -> FetchResponse {
+    let mut r = FetchResponse::default();
+    let head = input.byte().unwrap_or(0);
+    r.throttle_time_ms = i32::from(head & 3) * 100;
+    r.error_code = if head & 0x1c == 0x1c {
+        CODES[usize::from(head >> 5)]
+    } else {
+        0
+    };
+    r.session_id = i32::from(input.byte().unwrap_or(0) % 4);
+    let entries = input.byte().unwrap_or(0) % 5;
+    for _ in 0..entries {
+        let sel = input.byte().unwrap_or(0);
+        let topic = TOPICS[usize::from(sel % 3)];
+        let partition = i32::from((sel >> 2) % 3);
+        let base = f.position(topic, partition).unwrap_or(0);
+        let mut d = PartitionData::default();
+        d.partition_index = partition;
+        d.error_code = CODES[usize::from(input.byte().unwrap_or(0) % 8)];
+        d.high_watermark = base + input.small().unwrap_or(0);
+        d.last_stable_offset = base + input.small().unwrap_or(0);
+        d.log_start_offset = 0;
+        let aborted = input.byte().unwrap_or(0) % 3;
+        if aborted > 0 {
+            let mut list = Vec::new();
+            for _ in 0..aborted {
+                let mut t = AbortedTransaction::default();
+                t.first_offset = base + input.small().unwrap_or(0);
+                t.producer_id = ProducerId(input.small().unwrap_or(0));
+                list.push(t);
+            }
+            d.aborted_transactions = Some(list);
+        }
+        let len = usize::from(u16::from_be_bytes([
+            input.byte().unwrap_or(0),
+            input.byte().unwrap_or(0),
+        ]));
+        let bytes = input.bytes(len);
+        d.records = Some(Bytes::copy_from_slice(bytes));
+        let mut t = FetchableTopicResponse::default();
+        t.topic = TopicName(StrBytes::from_static_str(topic));
+        t.partitions = vec![d];
+        r.responses.push(t);
+    }
+    r
+}
+
+/// Seeds for the corpus: scripts with real batches (every codec, a
+/// transaction and its markers), written by the corpus replay test.
+#[cfg(test)]
+pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use crate::compression::Compression;
+    use crate::record::{BatchMeta, RecordBatchEncoder, RecordOut};
+    use bytes::BytesMut;
+
+    let batch = |base: i64, n: usize, compression: Compression| {
+        let values: Vec<Vec<u8>> = (0..n).map(|i| format!("value-{i}").into_bytes()).collect();
+        let records: Vec<RecordOut<'_>> = values
+            .iter()
+            .map(|v| RecordOut {
+                timestamp: 1,
+                key: Some(b"k"),
+                value: Some(v),
+                headers: &[],
+            })
+            .collect();
+        let meta = BatchMeta {
+            base_offset: base,
+            compression,
+            ..BatchMeta::default()
+        };
+        let mut out = BytesMut::new();
+        RecordBatchEncoder::new().encode(&mut out, &meta, &records).unwrap();
+        assert!(RecordBatch::decode_exact(&out.clone().freeze(), &Default::default()).is_ok());
+        out.to_vec()
+    };
+    let entry = |sel: u8, hwm: i8, records: &[u8]| {
+        let mut e = vec![sel, 0, hwm as u8, hwm as u8, 0];
+        e.extend_from_slice(&(records.len() as u16).to_be_bytes());
+        e.extend_from_slice(records);
+        e
+    };
+    let mut out = Vec::new();
+    for (name, codec) in [
+        ("none", Compression::None),
+        ("gzip", Compression::Gzip),
+        ("snappy", Compression::Snappy),
+        ("lz4", Compression::Lz4),
+        ("zstd", Compression::Zstd),
+    ] {
+        let mut records = batch(0, 5, codec);
+        records.extend(batch(5, 5, codec));
+        // flags: crc on, sessions; request to broker 0; response with a's
+        // partition 0 (sel 0) and b's partition 0 (sel 1); poll; request;
+        // poll again.
+        let mut s = vec![2 | 8, 0, 0, 1, 0, 0, 0, 2];
+        s.extend(entry(0, 10, &records));
+        s.extend(entry(1, 3, &records[..records.len() / 2]));
+        s.extend([2, 3, 200, 2, 7, 0, 0, 0, 2, 7, 255]);
+        out.push((name, s));
+    }
+    out
+}

@@ -1,0 +1,942 @@
+//! The consumer's fetch path as a sans-IO state machine: assignment and
+//! positions, the Fetch request sent to each broker, and what each Fetch
+//! response does to them.
+//!
+//! ```text
+//!  assign / seek ──► Fetcher ──► build_request(broker, partitions) ──► FetchRequest (async layer sends it)
+//!                      ▲  │
+//!   FetchResponse ─────┘  └──► take_records(max_records, max_bytes) ──► records, positions forward
+//!   (handle_response → FetchOutcome: throttle, refresh metadata, reset offsets, errors)
+//! ```
+//!
+//! Nothing here touches a socket or a clock; the async consumer
+//! (`src/client/consumer.rs`) only moves bytes and time. That is what lets
+//! the `fetch` fuzz target drive it with arbitrary responses
+//! ([`fuzzing`], built under `cfg(fuzzing)`).
+//!
+//! What it guarantees, whatever the broker sends:
+//! - **Lazy inflation.** A response's record bytes are kept as they came
+//!   (compressed, a slice of the frame). A batch is inflated only when its
+//!   records are about to be handed over, one batch at a time, capped at
+//!   [`FetcherConfig::max_batch_inflate`]; batches that will not be delivered
+//!   (below the position, aborted, control) are skipped without inflating.
+//! - **Bounded polls.** [`Fetcher::take_records`] hands over at most
+//!   `max_records` records and `max_bytes` bytes of keys, values and headers
+//!   — except that a first record larger than `max_bytes` still arrives,
+//!   alone.
+//! - **Monotonic positions.** A partition's position only moves forward,
+//!   and a record is handed over only at or after it, so no offset is
+//!   delivered twice; a record that would go backwards is dropped.
+//! - **Visibility.** Nothing at or past the high watermark (the last stable
+//!   offset under `read_committed`, with aborted transactions and control
+//!   batches dropped as the Java client's `CompletedFetch` does) is handed
+//!   over.
+//! - **Only what was asked.** A partition the request (or session) did not
+//!   name, named twice, answered at an offset other than the position, or
+//!   already holding undelivered data is ignored.
+//! - **One fetch per broker in flight**, and a partition with buffered data
+//!   is not fetched again until it is consumed.
+//! - **Fetch sessions** ([KIP-227], [`session`]) per broker.
+//!
+//! [KIP-227]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-227%3A+Introduce+Incremental+FetchRequests+to+Increase+Partition+Scalability
+
+mod session;
+
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::error_code::KafkaCode;
+use crate::record::{BatchHeader, ControlKind, DecodeOptions, Record, RecordBatch, RecordCursor};
+
+pub use session::{FetchSession, FINAL_EPOCH, INITIAL_EPOCH};
+use session::{SessionPartition, SessionPlan};
+
+/// Which records a consumer may see (`isolation.level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Everything up to the high watermark, aborted transactions included.
+    #[default]
+    ReadUncommitted,
+    /// Only committed data, up to the last stable offset.
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The `isolation_level` byte of Fetch and ListOffsets requests.
+    pub fn wire(self) -> i8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
+
+/// A consumed record and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    /// Offset, timestamp, key, value, headers (zero-copy `Bytes`).
+    pub record: Record,
+    /// The header of the batch the record came in: producer id and epoch,
+    /// base sequence, compression, transactional flag, timestamp type.
+    pub batch: BatchHeader,
+}
+
+impl ConsumerRecord {
+    /// The record's producer sequence number (base sequence plus offset
+    /// delta), or -1 for a non-idempotent batch.
+    pub fn sequence(&self) -> i32 {
+        if self.batch.base_sequence < 0 {
+            return -1;
+        }
+        let delta = (self.record.offset - self.batch.base_offset) as i32;
+        self.batch.base_sequence.wrapping_add(delta) & i32::MAX
+    }
+}
+
+/// The bytes a record counts against a poll's byte bound: key, value and
+/// header keys and values.
+pub fn record_size(r: &Record) -> usize {
+    r.key.as_ref().map_or(0, |k| k.len())
+        + r.value.as_ref().map_or(0, |v| v.len())
+        + r.headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, |v| v.len()))
+            .sum::<usize>()
+}
+
+/// The state machine's settings (the request-level ones — wait, min and
+/// max bytes — are arguments of [`Fetcher::build_request`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FetcherConfig {
+    pub isolation: IsolationLevel,
+    /// `check.crcs`.
+    pub check_crcs: bool,
+    /// `max.partition.fetch.bytes`.
+    pub partition_max_bytes: i32,
+    /// The most bytes one batch may inflate to; a batch that inflates
+    /// further is a corrupt-record error. This bounds the memory one
+    /// compressed batch can take.
+    pub max_batch_inflate: usize,
+    /// An out-of-range offset unpositions the partition (to be reset by
+    /// `auto.offset.reset`) instead of being an error.
+    pub auto_reset: bool,
+    /// Use fetch sessions (KIP-227).
+    pub sessions: bool,
+}
+
+impl Default for FetcherConfig {
+    fn default() -> Self {
+        FetcherConfig {
+            isolation: IsolationLevel::ReadUncommitted,
+            check_crcs: true,
+            partition_max_bytes: 4 * 1024 * 1024,
+            max_batch_inflate: 64 * 1024 * 1024,
+            auto_reset: true,
+            sessions: true,
+        }
+    }
+}
+
+/// What went wrong for one partition or one response.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// A batch failed to decode (CRC, codec, inflation cap, truncation).
+    #[error("corrupt record data in {topic}[{partition}] at offset {offset}: {source}")]
+    Corrupt {
+        topic: Arc<str>,
+        partition: i32,
+        offset: i64,
+        #[source]
+        source: Arc<crate::Error>,
+    },
+    /// The position is outside the log and no reset policy is set.
+    #[error("offset {offset} is out of range for {topic}[{partition}]")]
+    OffsetOutOfRange {
+        topic: Arc<str>,
+        partition: i32,
+        offset: i64,
+    },
+    /// A partition-level error that retrying will not fix.
+    #[error("fetch of {topic}[{partition}] failed: {code}")]
+    Partition {
+        topic: Arc<str>,
+        partition: i32,
+        code: KafkaCode,
+    },
+    /// A response-level error.
+    #[error("fetch failed: {code}")]
+    Response { code: KafkaCode },
+    /// Only part of a batch arrived and nothing else: a size limit on our
+    /// side cut it (the broker always sends a first batch whole, KIP-74).
+    #[error("partial record batch of {size} bytes in {topic}[{partition}] (max.partition.fetch.bytes = {limit})")]
+    PartialBatch {
+        topic: Arc<str>,
+        partition: i32,
+        size: usize,
+        limit: usize,
+    },
+}
+
+impl FetchError {
+    /// Worth retrying as is (a retriable Kafka code).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            FetchError::Partition { code, .. } | FetchError::Response { code } => code.is_retriable(),
+            _ => false,
+        }
+    }
+}
+
+/// The codes that mean our metadata is stale.
+pub fn needs_metadata_refresh(code: KafkaCode) -> bool {
+    matches!(
+        code,
+        KafkaCode::NOT_LEADER_OR_FOLLOWER
+            | KafkaCode::UNKNOWN_TOPIC_OR_PARTITION
+            | KafkaCode::LEADER_NOT_AVAILABLE
+            | KafkaCode::FENCED_LEADER_EPOCH
+            | KafkaCode::UNKNOWN_LEADER_EPOCH
+    )
+}
+
+/// `FETCH_SESSION_ID_NOT_FOUND`, `INVALID_FETCH_SESSION_EPOCH`,
+/// `FETCH_SESSION_TOPIC_ID_ERROR`: answered by a full fetch.
+pub fn is_session_error(code: KafkaCode) -> bool {
+    matches!(code.0, 70 | 71 | 106)
+}
+
+/// What one response asks of the async layer.
+#[derive(Clone, Debug, Default)]
+pub struct FetchOutcome {
+    /// `throttle_time_ms` (KIP-219): send nothing more to this broker for
+    /// this long (uncapped; the caller caps it).
+    pub throttle_ms: i32,
+    /// Topics whose metadata is stale (leader moved, unknown partition).
+    pub refresh_metadata: Vec<Arc<str>>,
+    /// Partitions unpositioned by an out-of-range offset; reset them.
+    pub reset_offsets: Vec<(Arc<str>, i32)>,
+    /// Errors to report.
+    pub errors: Vec<FetchError>,
+    /// Partitions whose data was buffered.
+    pub buffered: usize,
+    /// Buffered partitions answered at an offset that already yielded
+    /// nothing usable once: the broker is not making progress for us.
+    pub stalled: usize,
+    /// Entries ignored: not asked for, named twice, stale.
+    pub ignored: usize,
+    /// The session was reset (a session error or a mismatched answer).
+    pub session_reset: bool,
+    /// A retriable partition or response error arrived.
+    pub retriable_error: bool,
+}
+
+impl FetchOutcome {
+    /// Nothing usable arrived: the caller should wait before asking again.
+    pub fn fruitless(&self) -> bool {
+        self.buffered == self.stalled
+    }
+}
+
+#[derive(Debug)]
+struct Assigned {
+    topic: Arc<str>,
+    partition: i32,
+    position: Option<i64>,
+    high_watermark: i64,
+    last_stable_offset: i64,
+    log_start_offset: i64,
+    buffered: Option<Buffered>,
+    /// The broker a fetch for this partition is in flight to.
+    in_flight: Option<i32>,
+    /// A fetch at this offset was answered with data that yielded nothing.
+    fruitless_at: Option<i64>,
+}
+
+/// A partition's fetched, undelivered data (Java's `CompletedFetch`).
+#[derive(Debug)]
+struct Buffered {
+    /// Fetch offset the data answers.
+    fetch_offset: i64,
+    /// Whole batches not yet looked at, as received (compressed).
+    rest: Bytes,
+    /// The batch being handed over, inflated, and where we are in it.
+    current: Option<(RecordBatch, RecordCursor)>,
+    /// Nothing at or past this is delivered (HWM, or LSO).
+    upper: i64,
+    /// Aborted transactions not yet reached: (first offset, producer id).
+    aborted: VecDeque<(i64, i64)>,
+    aborted_producers: HashSet<i64>,
+    fetched_bytes: usize,
+    decoded_any: bool,
+    delivered_any: bool,
+    /// An error reached after records were handed over in the same poll;
+    /// reported by the next take.
+    error: Option<FetchError>,
+}
+
+/// What was sent to one broker.
+#[derive(Debug)]
+struct SentFetch {
+    plan: SessionPlan,
+    /// Every partition the answer may speak of, at the offset asked.
+    expected: BTreeMap<(Arc<str>, i32), i64>,
+}
+
+/// The fetch state machine. See the module docs.
+#[derive(Debug)]
+pub struct Fetcher {
+    config: FetcherConfig,
+    assigned: Vec<Assigned>,
+    /// Partitions with buffered data, in arrival order (indexes).
+    ready: VecDeque<usize>,
+    sessions: BTreeMap<i32, FetchSession>,
+    in_flight: BTreeMap<i32, SentFetch>,
+}
+
+enum Step {
+    /// Progress without a record (batch skipped, or inflated and current).
+    Moved,
+    Exhausted,
+}
+
+enum Drained {
+    /// A record count or byte bound was reached.
+    BoundReached,
+    /// The current batch is done (or cut at the bound).
+    BatchDone,
+    /// No batch is current.
+    NoBatch,
+}
+
+impl Fetcher {
+    pub fn new(config: FetcherConfig) -> Self {
+        Fetcher {
+            config,
+            assigned: Vec::new(),
+            ready: VecDeque::new(),
+            sessions: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &FetcherConfig {
+        &self.config
+    }
+
+    /// Replaces the assignment. Partitions kept keep their positions and
+    /// buffered data; new ones start unpositioned.
+    pub fn assign<T: AsRef<str>>(&mut self, partitions: &[(T, i32)]) {
+        let mut old = std::mem::take(&mut self.assigned);
+        let mut kept_ready = Vec::new();
+        for (topic, partition) in partitions {
+            let topic = topic.as_ref();
+            if self.index(topic, *partition).is_some() {
+                continue;
+            }
+            match old.iter().position(|a| &*a.topic == topic && a.partition == *partition) {
+                Some(i) => {
+                    let a = old.swap_remove(i);
+                    if a.buffered.is_some() {
+                        kept_ready.push((a.topic.clone(), a.partition));
+                    }
+                    self.assigned.push(a);
+                }
+                None => self.assigned.push(Assigned {
+                    topic: Arc::from(topic),
+                    partition: *partition,
+                    position: None,
+                    high_watermark: -1,
+                    last_stable_offset: -1,
+                    log_start_offset: -1,
+                    buffered: None,
+                    in_flight: None,
+                    fruitless_at: None,
+                }),
+            }
+        }
+        // Keep the old arrival order of what is still buffered.
+        let old_order: Vec<(Arc<str>, i32)> = kept_ready;
+        self.ready = old_order.iter().filter_map(|(t, p)| self.index(t, *p)).collect();
+    }
+
+    /// The assigned partitions, in assignment order.
+    pub fn assignment(&self) -> impl Iterator<Item = (&Arc<str>, i32)> {
+        self.assigned.iter().map(|a| (&a.topic, a.partition))
+    }
+
+    fn index(&self, topic: &str, partition: i32) -> Option<usize> {
+        self.assigned
+            .iter()
+            .position(|a| &*a.topic == topic && a.partition == partition)
+    }
+
+    /// Whether `topic[partition]` is assigned.
+    pub fn is_assigned(&self, topic: &str, partition: i32) -> bool {
+        self.index(topic, partition).is_some()
+    }
+
+    /// The next offset to hand over, once positioned.
+    pub fn position(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.index(topic, partition).and_then(|i| self.assigned[i].position)
+    }
+
+    /// High watermark and last stable offset from the latest answer.
+    pub fn watermarks(&self, topic: &str, partition: i32) -> Option<(i64, i64)> {
+        self.index(topic, partition)
+            .map(|i| (self.assigned[i].high_watermark, self.assigned[i].last_stable_offset))
+    }
+
+    /// Moves a partition to `offset` (`None` unpositions it), dropping its
+    /// buffered data. Returns false when it is not assigned. An answer in
+    /// flight for the old offset will be ignored.
+    pub fn seek(&mut self, topic: &str, partition: i32, offset: Option<i64>) -> bool {
+        let Some(i) = self.index(topic, partition) else {
+            return false;
+        };
+        let a = &mut self.assigned[i];
+        a.position = offset;
+        a.buffered = None;
+        a.fruitless_at = None;
+        self.ready.retain(|&r| r != i);
+        true
+    }
+
+    /// Partitions without a position (to reset with ListOffsets).
+    pub fn unpositioned(&self) -> Vec<(Arc<str>, i32)> {
+        self.assigned
+            .iter()
+            .filter(|a| a.position.is_none())
+            .map(|a| (a.topic.clone(), a.partition))
+            .collect()
+    }
+
+    /// Partitions that want a fetch now: positioned, nothing buffered,
+    /// nothing in flight.
+    pub fn fetchable(&self) -> Vec<(Arc<str>, i32)> {
+        self.assigned
+            .iter()
+            .filter(|a| a.position.is_some() && a.buffered.is_none() && a.in_flight.is_none())
+            .map(|a| (a.topic.clone(), a.partition))
+            .collect()
+    }
+
+    /// Whether a fetch to `broker` is in flight.
+    pub fn in_flight(&self, broker: i32) -> bool {
+        self.in_flight.contains_key(&broker)
+    }
+
+    /// Whether any partition holds undelivered data.
+    pub fn has_buffered(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// The session state for `broker`.
+    pub fn session(&self, broker: i32) -> Option<&FetchSession> {
+        self.sessions.get(&broker)
+    }
+
+    /// The Fetch request for `broker` covering `partitions` (those led by
+    /// it; entries not fetchable now are left out). `None` when a fetch to
+    /// it is already in flight or nothing is left to ask for. The request
+    /// is recorded as in flight until [`handle_response`](Self::handle_response)
+    /// or [`handle_failure`](Self::handle_failure).
+    pub fn build_request(
+        &mut self,
+        broker: i32,
+        partitions: &[(Arc<str>, i32)],
+        max_wait_ms: i32,
+        min_bytes: i32,
+        max_bytes: i32,
+    ) -> Option<FetchRequest> {
+        if self.in_flight.contains_key(&broker) {
+            return None;
+        }
+        let mut wanted: Vec<(Arc<str>, i32, SessionPartition)> = Vec::new();
+        for (t, p) in partitions {
+            let Some(i) = self.index(t, *p) else { continue };
+            let a = &self.assigned[i];
+            let (Some(position), None, None) = (a.position, &a.buffered, a.in_flight) else {
+                continue;
+            };
+            if wanted.iter().any(|(wt, wp, _)| wt == t && wp == p) {
+                continue;
+            }
+            wanted.push((
+                a.topic.clone(),
+                a.partition,
+                SessionPartition {
+                    fetch_offset: position,
+                    max_bytes: self.config.partition_max_bytes,
+                },
+            ));
+        }
+        if wanted.is_empty() {
+            return None;
+        }
+        let sessions = self.config.sessions;
+        let plan = self.sessions.entry(broker).or_default().plan(&wanted, sessions);
+        let mut expected = BTreeMap::new();
+        for (t, p, sp) in &wanted {
+            expected.insert((t.clone(), *p), sp.fetch_offset);
+            if let Some(i) = self.index(t, *p) {
+                self.assigned[i].in_flight = Some(broker);
+            }
+        }
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        for (t, p, sp) in &plan.listed {
+            let mut fp = FetchPartition::default();
+            fp.partition = *p;
+            fp.fetch_offset = sp.fetch_offset;
+            fp.partition_max_bytes = sp.max_bytes;
+            fp.current_leader_epoch = -1;
+            fp.log_start_offset = -1;
+            match topics.iter_mut().find(|ft| ft.topic.0.as_str() == &**t) {
+                Some(ft) => ft.partitions.push(fp),
+                None => {
+                    let mut ft = FetchTopic::default();
+                    ft.topic = TopicName(StrBytes::from_string(t.to_string()));
+                    ft.partitions = vec![fp];
+                    topics.push(ft);
+                }
+            }
+        }
+        let mut forgotten: Vec<ForgottenTopic> = Vec::new();
+        for (t, p) in &plan.forgotten {
+            match forgotten.iter_mut().find(|ft| ft.topic.0.as_str() == &**t) {
+                Some(ft) => ft.partitions.push(*p),
+                None => {
+                    let mut ft = ForgottenTopic::default();
+                    ft.topic = TopicName(StrBytes::from_string(t.to_string()));
+                    ft.partitions = vec![*p];
+                    forgotten.push(ft);
+                }
+            }
+        }
+        let mut request = FetchRequest::default();
+        request.replica_id = (-1).into();
+        request.max_wait_ms = max_wait_ms;
+        request.min_bytes = min_bytes;
+        request.max_bytes = max_bytes;
+        request.isolation_level = self.config.isolation.wire();
+        request.session_id = plan.id;
+        request.session_epoch = plan.epoch;
+        request.topics = topics;
+        request.forgotten_topics_data = forgotten;
+        self.in_flight.insert(broker, SentFetch { plan, expected });
+        Some(request)
+    }
+
+    /// The fetch to `broker` failed without an answer (transport error,
+    /// timeout, cancelled): its partitions become fetchable again and the
+    /// session starts over with a full fetch.
+    pub fn handle_failure(&mut self, broker: i32) {
+        if let Some(sent) = self.in_flight.remove(&broker) {
+            self.clear_in_flight(broker, &sent);
+        }
+        if let Some(s) = self.sessions.get_mut(&broker) {
+            s.reset();
+        }
+    }
+
+    fn clear_in_flight(&mut self, broker: i32, sent: &SentFetch) {
+        for (t, p) in sent.expected.keys() {
+            if let Some(i) = self.index(t, *p) {
+                if self.assigned[i].in_flight == Some(broker) {
+                    self.assigned[i].in_flight = None;
+                }
+            }
+        }
+    }
+
+    /// Applies the answer to the fetch in flight to `broker`. An answer
+    /// with nothing in flight is ignored.
+    pub fn handle_response(&mut self, broker: i32, response: FetchResponse) -> FetchOutcome {
+        let mut out = FetchOutcome {
+            throttle_ms: response.throttle_time_ms.max(0),
+            ..FetchOutcome::default()
+        };
+        let Some(sent) = self.in_flight.remove(&broker) else {
+            out.ignored = 1;
+            return out;
+        };
+        self.clear_in_flight(broker, &sent);
+        let sessions = self.config.sessions;
+        let code = KafkaCode(response.error_code);
+        if !code.is_ok() {
+            if let Some(s) = self.sessions.get_mut(&broker) {
+                s.reset();
+            }
+            out.session_reset = true;
+            if is_session_error(code) {
+                // Answered by the full fetch that follows.
+            } else if code.is_retriable() {
+                out.retriable_error = true;
+            } else {
+                out.errors.push(FetchError::Response { code });
+            }
+            return out;
+        }
+        let session = self.sessions.entry(broker).or_default();
+        let before = session.id;
+        session.accepted(&sent.plan, response.session_id, sessions);
+        if !sent.plan.full && session.id != before {
+            out.session_reset = true;
+        }
+        let mut seen: HashSet<(Arc<str>, i32)> = HashSet::new();
+        for topic in response.responses {
+            for data in topic.partitions {
+                let key_topic = sent
+                    .expected
+                    .keys()
+                    .find(|(t, p)| &**t == topic.topic.0.as_str() && *p == data.partition_index)
+                    .map(|(t, _)| t.clone());
+                let Some(t) = key_topic else {
+                    out.ignored += 1;
+                    continue;
+                };
+                let p = data.partition_index;
+                if !seen.insert((t.clone(), p)) {
+                    out.ignored += 1;
+                    continue;
+                }
+                let fetch_offset = sent.expected[&(t.clone(), p)];
+                let Some(i) = self.index(&t, p) else {
+                    out.ignored += 1;
+                    continue;
+                };
+                let read_committed = self.config.isolation == IsolationLevel::ReadCommitted;
+                let auto_reset = self.config.auto_reset;
+                let a = &mut self.assigned[i];
+                if a.position != Some(fetch_offset) || a.buffered.is_some() {
+                    out.ignored += 1;
+                    continue;
+                }
+                let code = KafkaCode(data.error_code);
+                if code == KafkaCode::OFFSET_OUT_OF_RANGE {
+                    if auto_reset {
+                        a.position = None;
+                        out.reset_offsets.push((a.topic.clone(), a.partition));
+                    } else {
+                        out.errors.push(FetchError::OffsetOutOfRange {
+                            topic: a.topic.clone(),
+                            partition: a.partition,
+                            offset: fetch_offset,
+                        });
+                    }
+                    continue;
+                }
+                if !code.is_ok() {
+                    if needs_metadata_refresh(code) {
+                        if !out.refresh_metadata.contains(&a.topic) {
+                            out.refresh_metadata.push(a.topic.clone());
+                        }
+                        out.retriable_error = true;
+                    } else if code.is_retriable() {
+                        out.retriable_error = true;
+                    } else {
+                        out.errors.push(FetchError::Partition {
+                            topic: a.topic.clone(),
+                            partition: a.partition,
+                            code,
+                        });
+                    }
+                    continue;
+                }
+                a.high_watermark = data.high_watermark;
+                a.last_stable_offset = data.last_stable_offset;
+                a.log_start_offset = data.log_start_offset;
+                let records = data.records.unwrap_or_default();
+                if records.is_empty() {
+                    continue;
+                }
+                let upper = if read_committed && data.last_stable_offset >= 0 {
+                    data.last_stable_offset
+                } else {
+                    data.high_watermark
+                };
+                let mut aborted: Vec<(i64, i64)> = Vec::new();
+                if read_committed {
+                    aborted = data
+                        .aborted_transactions
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|t| (t.first_offset, t.producer_id.0))
+                        .collect();
+                    aborted.sort_unstable();
+                }
+                if a.fruitless_at == Some(fetch_offset) {
+                    out.stalled += 1;
+                }
+                a.buffered = Some(Buffered {
+                    fetch_offset,
+                    fetched_bytes: records.len(),
+                    rest: records,
+                    current: None,
+                    upper,
+                    aborted: aborted.into(),
+                    aborted_producers: HashSet::new(),
+                    decoded_any: false,
+                    delivered_any: false,
+                    error: None,
+                });
+                self.ready.push_back(i);
+                out.buffered += 1;
+            }
+        }
+        out
+    }
+
+    /// Hands over buffered records: at most `max_records`, and at most
+    /// `max_bytes` of keys, values and headers (a first record larger than
+    /// that still comes, alone). Positions move past what is handed over.
+    /// An error is returned only when no record precedes it; otherwise it
+    /// comes back from the next call.
+    pub fn take_records(&mut self, max_records: usize, max_bytes: usize) -> Result<Vec<ConsumerRecord>, FetchError> {
+        let mut out: Vec<ConsumerRecord> = Vec::new();
+        let mut bytes = 0usize;
+        let max_records = max_records.max(1);
+        'partitions: while out.len() < max_records {
+            let Some(&i) = self.ready.front() else { break };
+            loop {
+                let pending_error = self.assigned[i].buffered.as_mut().and_then(|b| b.error.take());
+                let step = match pending_error {
+                    Some(e) => Err(e),
+                    None => match self.drain_current(i, &mut out, &mut bytes, max_records, max_bytes) {
+                        Ok(Drained::BoundReached) => break 'partitions,
+                        Ok(Drained::BatchDone) => Ok(Step::Moved),
+                        Ok(Drained::NoBatch) => self.step(i),
+                        Err(e) => Err(e),
+                    },
+                };
+                match step {
+                    Ok(Step::Moved) => {}
+                    Ok(Step::Exhausted) => {
+                        let a = &mut self.assigned[i];
+                        if let Some(b) = a.buffered.take() {
+                            a.fruitless_at =
+                                (!b.delivered_any && a.position == Some(b.fetch_offset)).then_some(b.fetch_offset);
+                        }
+                        self.ready.pop_front();
+                        continue 'partitions;
+                    }
+                    Err(e) => {
+                        if out.is_empty() {
+                            self.assigned[i].buffered = None;
+                            self.ready.pop_front();
+                            return Err(e);
+                        }
+                        if let Some(b) = self.assigned[i].buffered.as_mut() {
+                            b.error = Some(e);
+                        }
+                        break 'partitions;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Hands over records of partition `i`'s current (inflated) batch until
+    /// a bound is reached or the batch ends. Positions and the cursor move
+    /// only past records pushed to `out`.
+    fn drain_current(
+        &mut self,
+        i: usize,
+        out: &mut Vec<ConsumerRecord>,
+        bytes: &mut usize,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Drained, FetchError> {
+        let Assigned {
+            topic,
+            partition,
+            position,
+            buffered,
+            ..
+        } = &mut self.assigned[i];
+        let Some(b) = buffered.as_mut() else {
+            return Ok(Drained::NoBatch);
+        };
+        let Some(pos) = *position else {
+            return Ok(Drained::NoBatch);
+        };
+        let upper = b.upper;
+        let Some((batch, cursor)) = b.current.as_mut() else {
+            return Ok(Drained::NoBatch);
+        };
+        let h = batch.header;
+        let mut pos = pos;
+        let mut it = batch.records_at(*cursor);
+        let mut delivered = false;
+        let result = loop {
+            if out.len() >= max_records {
+                *cursor = it.cursor();
+                break Ok(Drained::BoundReached);
+            }
+            let before = it.cursor();
+            match it.next() {
+                None => break Ok(Drained::BatchDone),
+                Some(Err(e)) => {
+                    break Err(FetchError::Corrupt {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: pos,
+                        source: Arc::new(e),
+                    })
+                }
+                Some(Ok(r)) => {
+                    if r.offset < pos {
+                        // Below the position, or going backwards: never
+                        // handed over.
+                        continue;
+                    }
+                    if r.offset >= upper {
+                        break Ok(Drained::BatchDone);
+                    }
+                    let record = batch.to_owned_record(&r);
+                    let size = record_size(&record);
+                    if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
+                        *cursor = before;
+                        break Ok(Drained::BoundReached);
+                    }
+                    *bytes = bytes.saturating_add(size);
+                    pos = r.offset.saturating_add(1);
+                    delivered = true;
+                    out.push(ConsumerRecord {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        record,
+                        batch: h,
+                    });
+                    if *bytes >= max_bytes {
+                        *cursor = it.cursor();
+                        break Ok(Drained::BoundReached);
+                    }
+                }
+            }
+        };
+        if let Ok(Drained::BatchDone) = result {
+            // Batch done: move past it (never past the bound); a batch cut
+            // at the bound ends the answer.
+            let cut = pos < h.next_offset() && h.next_offset() > upper;
+            b.current = None;
+            if cut {
+                b.rest = Bytes::new();
+            } else if h.next_offset() > pos {
+                pos = h.next_offset();
+            }
+        }
+        *position = Some(pos);
+        if delivered {
+            b.delivered_any = true;
+        }
+        result
+    }
+
+    /// One step through partition `i`'s buffered data when no batch is
+    /// current: the next batch is skipped (below the position, aborted,
+    /// control, past the bound) or inflated and made current.
+    fn step(&mut self, i: usize) -> Result<Step, FetchError> {
+        let read_committed = self.config.isolation == IsolationLevel::ReadCommitted;
+        let opts = DecodeOptions {
+            verify_crc: self.config.check_crcs,
+            max_decompressed_size: self.config.max_batch_inflate,
+            ..DecodeOptions::default()
+        };
+        let partition_max_bytes = self.config.partition_max_bytes;
+        let a = &mut self.assigned[i];
+        let Some(position) = a.position else {
+            return Ok(Step::Exhausted);
+        };
+        let Some(b) = a.buffered.as_mut() else {
+            return Ok(Step::Exhausted);
+        };
+        let corrupt = |offset: i64, e: crate::Error| FetchError::Corrupt {
+            topic: a.topic.clone(),
+            partition: a.partition,
+            offset,
+            source: Arc::new(e),
+        };
+        // The next whole batch, header only.
+        let (h, total) = match RecordBatch::peek(&b.rest, &opts) {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                if !b.decoded_any && b.fetched_bytes > 0 {
+                    return Err(FetchError::PartialBatch {
+                        topic: a.topic.clone(),
+                        partition: a.partition,
+                        size: b.fetched_bytes,
+                        limit: partition_max_bytes.max(0) as usize,
+                    });
+                }
+                return Ok(Step::Exhausted);
+            }
+            Err(e) => return Err(corrupt(position, e)),
+        };
+        b.decoded_any = true;
+        let bytes = b.rest.split_to(total);
+        if h.next_offset() <= position {
+            return Ok(Step::Moved);
+        }
+        if h.base_offset >= b.upper || h.base_offset < 0 {
+            b.rest = Bytes::new();
+            return Ok(Step::Moved);
+        }
+        let skip_whole = |b: &mut Buffered, a_pos: &mut Option<i64>| {
+            let next = h.next_offset();
+            if next <= b.upper {
+                if next > position {
+                    *a_pos = Some(next);
+                }
+            } else {
+                // Would move past the bound: stop here, ask again later.
+                b.rest = Bytes::new();
+            }
+        };
+        if read_committed && h.producer_id >= 0 {
+            while let Some(&(first_offset, pid)) = b.aborted.front() {
+                if first_offset > h.last_offset() {
+                    break;
+                }
+                if b.aborted_producers.len() < 4096 || b.aborted_producers.contains(&pid) {
+                    b.aborted_producers.insert(pid);
+                }
+                b.aborted.pop_front();
+            }
+            if h.is_control() {
+                let batch = RecordBatch::inflate(&bytes, h, &opts).map_err(|e| corrupt(h.base_offset, e))?;
+                let control = batch.control_record().map_err(|e| corrupt(h.base_offset, e))?;
+                if matches!(control.map(|c| c.kind), Some(ControlKind::Abort)) {
+                    b.aborted_producers.remove(&h.producer_id);
+                }
+                skip_whole(b, &mut a.position);
+                return Ok(Step::Moved);
+            }
+            if h.is_transactional() && b.aborted_producers.contains(&h.producer_id) {
+                skip_whole(b, &mut a.position);
+                return Ok(Step::Moved);
+            }
+        }
+        if h.is_control() {
+            skip_whole(b, &mut a.position);
+            return Ok(Step::Moved);
+        }
+        let batch = RecordBatch::inflate(&bytes, h, &opts).map_err(|e| corrupt(h.base_offset.max(position), e))?;
+        let cursor = RecordCursor::start(&batch);
+        b.current = Some((batch, cursor));
+        Ok(Step::Moved)
+    }
+}
