@@ -1013,3 +1013,36 @@ async fn native_backend_transactions() {
     let consumer = NativeConsumer::new(mock.client_config(), Default::default());
     backend_transactions_case(&mock, txn, consumer).await;
 }
+
+// The same cases on the rdkafka backend (`connector::rdkafka`), built from
+// the connector's options as the factories build it.
+
+fn rdkafka_source_options(mock: &Mock) -> clink_kafka::connector::options::SourceOptions {
+    let mut o = clink_kafka::connector::options::SourceOptions::new(mock.bootstrap(), "unused");
+    o.backend = clink_kafka::connector::options::Backend::Rdkafka;
+    o
+}
+
+fn rdkafka_sink_options(mock: &Mock) -> clink_kafka::connector::options::SinkOptions {
+    let mut o = clink_kafka::connector::options::SinkOptions::new(mock.bootstrap(), "unused");
+    o.backend = clink_kafka::connector::options::Backend::Rdkafka;
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_backend_produce_consume() {
+    use clink_kafka::connector::rdkafka::{RdkafkaConsumer, RdkafkaProducer};
+    let mock = Mock::new(3);
+    let producer = RdkafkaProducer::new(&rdkafka_sink_options(&mock)).unwrap();
+    let consumer = RdkafkaConsumer::new(&rdkafka_source_options(&mock)).unwrap();
+    backend_produce_consume_case(&mock, producer, consumer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_backend_transactions() {
+    use clink_kafka::connector::rdkafka::{RdkafkaConsumer, RdkafkaTransactionalProducer};
+    let mock = Mock::new(3);
+    let txn = RdkafkaTransactionalProducer::new(&rdkafka_sink_options(&mock)).unwrap();
+    let consumer = RdkafkaConsumer::new(&rdkafka_source_options(&mock)).unwrap();
+    backend_transactions_case(&mock, txn, consumer).await;
+}
