@@ -17,6 +17,8 @@ use super::{parse_header, thousands, ConnectArgs};
 pub struct ProduceArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArgs,
     /// Topic to write to (must exist).
     #[arg(long)]
     pub topic: String,
@@ -61,7 +63,7 @@ pub struct ProduceArgs {
 }
 
 /// One stdin line as (key, value), per `--key-delimiter` and `--null-marker`.
-fn parse_line(
+pub(super) fn parse_line(
     line: &str,
     line_no: u64,
     delimiter: Option<&str>,
@@ -79,6 +81,10 @@ fn parse_line(
 
 /// Runs `produce`.
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
+    match args.backend.backend()? {
+        clink_kafka::connector::options::Backend::Native => {}
+        other => return super::rdkafka_paths::produce(args, other).await,
+    }
     let config = args.connect.client_config()?;
     let compression: Compression = args.compression.parse().context("--compression")?;
     let acks: Acks = args.acks.parse().context("--acks")?;

@@ -31,6 +31,8 @@ use super::{thousands, ConnectArgs};
 pub struct RoundtripArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArgs,
     /// How many records to produce and read back.
     #[arg(long, default_value_t = 100_000)]
     pub records: u64,
@@ -138,6 +140,10 @@ impl Drop for Progress {
 
 /// Runs `roundtrip`.
 pub async fn run(args: RoundtripArgs) -> anyhow::Result<()> {
+    match args.backend.backend()? {
+        clink_kafka::connector::options::Backend::Native => {}
+        other => return super::rdkafka_paths::roundtrip(args, other).await,
+    }
     ensure!(args.records > 0, "--records must be positive");
     ensure!(
         args.value_size >= 8,
@@ -356,7 +362,7 @@ async fn produce_and_verify(
     Ok(())
 }
 
-fn unique_topic_name() -> String {
+pub(super) fn unique_topic_name() -> String {
     let mut random = [0u8; 4];
     let _ = getrandom::fill(&mut random);
     let ms = std::time::SystemTime::now()
