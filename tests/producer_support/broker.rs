@@ -73,7 +73,7 @@ async fn serve(
 ) {
     loop {
         let Ok(len) = s.read_i32().await else { return };
-        if len < 0 || len > 64 << 20 {
+        if !(0..=64 << 20).contains(&len) {
             return;
         }
         let mut buf = vec![0u8; len as usize];
