@@ -49,7 +49,9 @@ pub struct ProduceArgs {
     /// batch.size in bytes.
     #[arg(long, default_value_t = 256 * 1024)]
     pub batch_size: usize,
-    /// Produce requests outstanding at once (1-1000; one batch per partition).
+    /// max.in.flight.requests.per.connection: Produce requests outstanding
+    /// at once per broker (1-5 when idempotent, else 1-1000; each carries a
+    /// batch of every ready partition).
     #[arg(long, default_value_t = 5)]
     pub max_in_flight: usize,
     /// Read each stdin line as KEY<delimiter>VALUE, split at the first
@@ -106,8 +108,10 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(k, v)| (k.clone(), Some(Bytes::from(v.clone()))))
         .collect();
+    // One `Arc` for every record: a clone is a pointer copy.
+    let topic: std::sync::Arc<str> = args.topic.as_str().into();
     let make = |value: Bytes| {
-        let mut r = ProducerRecord::new(args.topic.clone(), value);
+        let mut r = ProducerRecord::new(topic.clone(), value);
         r.partition = args.partition;
         r.key = args.key.clone().map(Bytes::from);
         r.headers = headers.clone();

@@ -226,11 +226,12 @@ async fn produce_and_verify(
         acked.fetch_add(1, Ordering::Relaxed);
         Ok(())
     };
+    let topic_name: Arc<str> = topic.into();
     for i in 0..n {
         fill_value(i, &mut value);
         let key = Bytes::from(i.to_string());
         bytes += (key.len() + value.len()) as u64;
-        let record = ProducerRecord::new(topic, Bytes::copy_from_slice(&value))
+        let record = ProducerRecord::new(topic_name.clone(), Bytes::copy_from_slice(&value))
             .with_key(key)
             .with_partition((i % parts) as i32);
         let fut = producer
@@ -239,8 +240,8 @@ async fn produce_and_verify(
             .with_context(|| format!("sending record {i}"))?;
         pending.push_back((i, fut));
         queued.store(i + 1, Ordering::Relaxed);
-        // Check reports as we go; the producer keeps one batch per
-        // partition in flight, so this window never starves it.
+        // Check reports as we go; 50,000 records are many batches per
+        // partition, so this window never starves the producer.
         while pending.len() > 50_000 {
             let (j, f) = pending.pop_front().expect("non-empty");
             check(j, f.await)?;

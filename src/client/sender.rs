@@ -491,7 +491,8 @@ async fn apply(
 ) {
     let none = BrokerRef::addr("(unknown)");
     let broker = broker.unwrap_or(&none);
-    let mut done: Vec<(Batch, Result<(i64, i64), Error>)> = Vec::new();
+    type Completed = (Batch, Result<(i64, i64), Error>);
+    let mut done: Vec<Completed> = Vec::new();
     let mut refresh: Vec<Arc<str>> = Vec::new();
     let now = Instant::now();
     let idempotent = shared.identity.lock().expect("identity lock").is_some();

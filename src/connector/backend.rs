@@ -324,7 +324,7 @@ impl ProducerBackend for NativeProducer {
 /// A connector message as the client's record.
 fn producer_record(topic: &str, partition: Option<i32>, message: KafkaMessage) -> ProducerRecord {
     ProducerRecord {
-        topic: topic.to_owned(),
+        topic: topic.into(),
         partition,
         key: message.key,
         value: message.payload,
