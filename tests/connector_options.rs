@@ -576,7 +576,8 @@ fn each_refused_configuration_is_refused_on_both_backends() {
         ("sasl_password", "pw-canary"),
     ];
     // (extra options, the option the refusal names, whether it is InsecureConfig)
-    let mut cases: Vec<(Vec<(&str, &str)>, &str, bool)> = vec![
+    type Case<'a> = (Vec<(&'a str, &'a str)>, &'a str, bool);
+    let mut cases: Vec<Case> = vec![
         (
             vec![("sasl_username", "alice"), ("sasl_password", "pw-canary")],
             "sasl_username",

@@ -221,3 +221,40 @@ async fn rows_go_through_the_json_bridge_to_the_broker_and_back() {
     assert_eq!(back, rows);
     assert!(back.iter().all(|row| row.kind == RowKind::Insert));
 }
+
+/// `backend` in `WITH` reaches every factory the planner picks: the
+/// selected one builds (rdkafka in the parity pass), an unknown one names
+/// the allowed values, and rdkafka without the feature names the feature.
+#[test]
+fn backend_in_with_reaches_the_factory() {
+    let r = registry();
+    let sql = |backend: &str, mode: &str| {
+        let extra = match mode {
+            "upsert" => ", primary_key = 'user_id'",
+            "exactly_once" => ", transactional_id = 'tx'",
+            _ => "",
+        };
+        format!(
+            "CREATE TABLE t (user_id BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't', \
+             backend = '{backend}', mode = '{mode}'{extra})"
+        )
+    };
+    for mode in ["append", "upsert", "exactly_once"] {
+        for role in [TableRole::Source, TableRole::Sink] {
+            if role == TableRole::Source && mode != "append" {
+                continue;
+            }
+            let table = parse_create_table(&sql(common::connector::backend(), mode)).unwrap();
+            let (planned, _) = build_table(&r, &table, role, 0, 1).unwrap_or_else(|e| panic!("{mode} {role:?}: {e}"));
+            assert_eq!(planned.context.param("backend"), Some(common::connector::backend()));
+            let table = parse_create_table(&sql("librdkafka", mode)).unwrap();
+            let e = build_table(&r, &table, role, 0, 1).map(drop).unwrap_err();
+            assert!(e.to_string().contains("one of native, rdkafka"), "{e}");
+            if !cfg!(feature = "rdkafka") {
+                let table = parse_create_table(&sql("rdkafka", mode)).unwrap();
+                let e = build_table(&r, &table, role, 0, 1).map(drop).unwrap_err();
+                assert!(matches!(e, ConnectorError::MissingFeature { .. }), "{e}");
+            }
+        }
+    }
+}

@@ -44,7 +44,7 @@ async fn every_record_field_round_trips() {
         ProducerRecord::new(&topic, "no key").with_timestamp(ts + 1),
         // Null value (a tombstone).
         ProducerRecord {
-            topic: topic.clone(),
+            topic: topic.as_str().into(),
             key: Some(Bytes::from_static(b"tombstone")),
             value: None,
             timestamp: Some(ts + 2),

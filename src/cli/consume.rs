@@ -15,6 +15,8 @@ use super::ConnectArgs;
 pub struct ConsumeArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArgs,
     /// Topic to read.
     #[arg(long)]
     pub topic: String,
@@ -46,6 +48,10 @@ pub struct ConsumeArgs {
 
 /// Runs `consume`.
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    match args.backend.backend()? {
+        clink_kafka::connector::options::Backend::Native => {}
+        other => return super::rdkafka_paths::consume(args, other).await,
+    }
     let config = args.connect.client_config()?;
     let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
     let consumer_config = ConsumerConfig {
@@ -105,7 +111,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-enum Piece {
+pub(super) enum Piece {
     Literal(Vec<u8>),
     Topic,
     Partition,
@@ -116,7 +122,7 @@ enum Piece {
     Headers,
 }
 
-fn parse_template(s: &str) -> Vec<Piece> {
+pub(super) fn parse_template(s: &str) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let mut lit = Vec::new();
     let mut chars = s.chars().peekable();
@@ -197,7 +203,7 @@ fn render(template: &[Piece], r: &ConsumerRecord, null: Option<&[u8]>, out: &mut
     }
 }
 
-fn json_string(bytes: Option<&[u8]>, out: &mut Vec<u8>) {
+pub(super) fn json_string(bytes: Option<&[u8]>, out: &mut Vec<u8>) {
     let Some(bytes) = bytes else {
         out.extend_from_slice(b"null");
         return;

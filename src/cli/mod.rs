@@ -11,6 +11,7 @@ pub mod backend;
 pub mod consume;
 pub mod copy;
 pub mod produce;
+pub mod rdkafka_paths;
 pub mod roundtrip;
 pub mod sink2pc;
 pub mod txn;

@@ -17,6 +17,8 @@ use super::{parse_header, thousands, ConnectArgs};
 pub struct ProduceArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArgs,
     /// Topic to write to (must exist).
     #[arg(long)]
     pub topic: String,
@@ -47,7 +49,9 @@ pub struct ProduceArgs {
     /// batch.size in bytes.
     #[arg(long, default_value_t = 256 * 1024)]
     pub batch_size: usize,
-    /// Produce requests outstanding at once (1-1000; one batch per partition).
+    /// max.in.flight.requests.per.connection: Produce requests outstanding
+    /// at once per broker (1-5 when idempotent, else 1-1000; each carries a
+    /// batch of every ready partition).
     #[arg(long, default_value_t = 5)]
     pub max_in_flight: usize,
     /// Read each stdin line as KEY<delimiter>VALUE, split at the first
@@ -61,7 +65,7 @@ pub struct ProduceArgs {
 }
 
 /// One stdin line as (key, value), per `--key-delimiter` and `--null-marker`.
-fn parse_line(
+pub(super) fn parse_line(
     line: &str,
     line_no: u64,
     delimiter: Option<&str>,
@@ -79,6 +83,10 @@ fn parse_line(
 
 /// Runs `produce`.
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
+    match args.backend.backend()? {
+        clink_kafka::connector::options::Backend::Native => {}
+        other => return super::rdkafka_paths::produce(args, other).await,
+    }
     let config = args.connect.client_config()?;
     let compression: Compression = args.compression.parse().context("--compression")?;
     let acks: Acks = args.acks.parse().context("--acks")?;
@@ -100,8 +108,10 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(k, v)| (k.clone(), Some(Bytes::from(v.clone()))))
         .collect();
+    // One `Arc` for every record: a clone is a pointer copy.
+    let topic: std::sync::Arc<str> = args.topic.as_str().into();
     let make = |value: Bytes| {
-        let mut r = ProducerRecord::new(args.topic.clone(), value);
+        let mut r = ProducerRecord::new(topic.clone(), value);
         r.partition = args.partition;
         r.key = args.key.clone().map(Bytes::from);
         r.headers = headers.clone();

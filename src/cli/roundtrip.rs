@@ -31,6 +31,8 @@ use super::{thousands, ConnectArgs};
 pub struct RoundtripArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArgs,
     /// How many records to produce and read back.
     #[arg(long, default_value_t = 100_000)]
     pub records: u64,
@@ -138,6 +140,10 @@ impl Drop for Progress {
 
 /// Runs `roundtrip`.
 pub async fn run(args: RoundtripArgs) -> anyhow::Result<()> {
+    match args.backend.backend()? {
+        clink_kafka::connector::options::Backend::Native => {}
+        other => return super::rdkafka_paths::roundtrip(args, other).await,
+    }
     ensure!(args.records > 0, "--records must be positive");
     ensure!(
         args.value_size >= 8,
@@ -220,11 +226,12 @@ async fn produce_and_verify(
         acked.fetch_add(1, Ordering::Relaxed);
         Ok(())
     };
+    let topic_name: Arc<str> = topic.into();
     for i in 0..n {
         fill_value(i, &mut value);
         let key = Bytes::from(i.to_string());
         bytes += (key.len() + value.len()) as u64;
-        let record = ProducerRecord::new(topic, Bytes::copy_from_slice(&value))
+        let record = ProducerRecord::new(topic_name.clone(), Bytes::copy_from_slice(&value))
             .with_key(key)
             .with_partition((i % parts) as i32);
         let fut = producer
@@ -233,8 +240,8 @@ async fn produce_and_verify(
             .with_context(|| format!("sending record {i}"))?;
         pending.push_back((i, fut));
         queued.store(i + 1, Ordering::Relaxed);
-        // Check reports as we go; the producer keeps one batch per
-        // partition in flight, so this window never starves it.
+        // Check reports as we go; 50,000 records are many batches per
+        // partition, so this window never starves the producer.
         while pending.len() > 50_000 {
             let (j, f) = pending.pop_front().expect("non-empty");
             check(j, f.await)?;
@@ -356,7 +363,7 @@ async fn produce_and_verify(
     Ok(())
 }
 
-fn unique_topic_name() -> String {
+pub(super) fn unique_topic_name() -> String {
     let mut random = [0u8; 4];
     let _ = getrandom::fill(&mut random);
     let ms = std::time::SystemTime::now()

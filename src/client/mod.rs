@@ -43,7 +43,7 @@ pub use cluster::Cluster;
 pub use connection::BrokerConnection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset};
 pub use group::{CommittedOffset, GroupOffsets};
-pub use producer::{Acks, DeliveryFuture, DeliveryReport, Producer, ProducerConfig, ProducerRecord};
+pub use producer::{Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerRecord};
 pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
 pub use tls::{TlsConfig, TlsConnector};
 pub use txn::{TransactionVersion, TransactionalProducer, TxnConfig};

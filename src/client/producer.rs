@@ -134,7 +134,10 @@ impl Default for ProducerConfig {
 /// A record to send.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProducerRecord {
-    pub topic: String,
+    /// The topic. An `Arc<str>`, so a caller that sends many records to one
+    /// topic clones a pointer, not the name (and the producer finds its
+    /// queues by pointer).
+    pub topic: Arc<str>,
     /// An explicit partition; otherwise keyed records hash (murmur2) and
     /// unkeyed ones stick to a partition per batch.
     pub partition: Option<i32>,
@@ -148,9 +151,9 @@ pub struct ProducerRecord {
 
 impl ProducerRecord {
     /// A record with a value and nothing else.
-    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
+    pub fn new(topic: impl IntoTopic, value: impl Into<Bytes>) -> Self {
         ProducerRecord {
-            topic: topic.into(),
+            topic: topic.into_topic(),
             value: Some(value.into()),
             ..ProducerRecord::default()
         }
@@ -189,6 +192,42 @@ impl ProducerRecord {
                 .iter()
                 .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len) + 4)
                 .sum::<usize>()
+    }
+}
+
+/// What names a topic in a [`ProducerRecord`]: `&str`, `String`,
+/// `&String`, or (no allocation per record) a clone of an `Arc<str>`.
+pub trait IntoTopic {
+    fn into_topic(self) -> Arc<str>;
+}
+
+impl IntoTopic for Arc<str> {
+    fn into_topic(self) -> Arc<str> {
+        self
+    }
+}
+
+impl IntoTopic for &Arc<str> {
+    fn into_topic(self) -> Arc<str> {
+        self.clone()
+    }
+}
+
+impl IntoTopic for &str {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for String {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for &String {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self.as_str())
     }
 }
 
@@ -512,22 +551,24 @@ impl State {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn find_topic(&mut self, name: &str) -> Option<usize> {
+    fn find_topic(&mut self, name: &Arc<str>) -> Option<usize> {
         if let Some(i) = self.last_topic {
-            if &*self.topic_list[i].name == name {
+            let known = &self.topic_list[i].name;
+            if Arc::ptr_eq(known, name) || **known == **name {
                 return Some(i);
             }
         }
-        let i = *self.topics.get(name)?;
+        let i = *self.topics.get(&**name)?;
         self.last_topic = Some(i);
         Some(i)
     }
 
-    fn add_topic(&mut self, name: &str, partitions: usize) -> usize {
+    fn add_topic(&mut self, name: &Arc<str>, partitions: usize) -> usize {
         if let Some(i) = self.find_topic(name) {
             return i;
         }
-        let name: Arc<str> = Arc::from(name);
+        // The caller's own `Arc`: its later records match by pointer.
+        let name = name.clone();
         let i = self.topic_list.len();
         self.topic_list.push(TopicEntry {
             name: name.clone(),
@@ -824,7 +865,7 @@ impl Producer {
                 (Some(p), _) => {
                     if p < 0 || p as usize >= partitions {
                         return Err(Error::UnknownPartition {
-                            topic: record.topic,
+                            topic: record.topic.to_string(),
                             partition: p,
                             partitions,
                         });

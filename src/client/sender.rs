@@ -121,7 +121,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     .get(&*q.tp.topic)
                     .and_then(|t| t.partitions.iter().find(|p| p.partition == q.tp.partition))
                     .map(|p| p.leader)
-                    .filter(|l| *l >= 0);
+                    // A leader missing from the broker list (down or
+                    // restarting) counts as none yet (as Cluster::leader).
+                    .filter(|l| *l >= 0 && metadata.brokers.contains_key(l));
                 let Some(node) = leader else {
                     if !refresh.contains(&q.tp.topic) {
                         refresh.push(q.tp.topic.clone());
@@ -489,7 +491,8 @@ async fn apply(
 ) {
     let none = BrokerRef::addr("(unknown)");
     let broker = broker.unwrap_or(&none);
-    let mut done: Vec<(Batch, Result<(i64, i64), Error>)> = Vec::new();
+    type Completed = (Batch, Result<(i64, i64), Error>);
+    let mut done: Vec<Completed> = Vec::new();
     let mut refresh: Vec<Arc<str>> = Vec::new();
     let now = Instant::now();
     let idempotent = shared.identity.lock().expect("identity lock").is_some();
@@ -569,6 +572,10 @@ async fn apply(
                 }),
                 Outcome::Failed { error, maybe_written } => {
                     b.maybe_written |= maybe_written;
+                    // The leader may have moved (failover): look again.
+                    if error.is_connection_error() && !refresh.contains(&topic) {
+                        refresh.push(topic.clone());
+                    }
                     if error.is_retriable() || error.is_connection_error() {
                         Next::Retry(error)
                     } else if b.maybe_written {

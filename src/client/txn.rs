@@ -576,6 +576,11 @@ impl TransactionalProducer {
     /// protocol, and runs InitProducerId with the transactional id — which
     /// fences every older producer of that id (their open transaction is
     /// aborted by the coordinator).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a dropped `init` may already have fenced older
+    /// producers of the id. Nothing is left behind here; call it again.
     pub async fn init(cluster: Cluster, config: ProducerConfig, txn: TxnConfig) -> Result<TransactionalProducer> {
         if txn.transactional_id.is_empty() {
             return Err(Error::Config {
@@ -698,6 +703,10 @@ impl TransactionalProducer {
 
     /// Opens a transaction (locally; the coordinator learns of it with the
     /// first record or offsets).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not async: there is nothing to cancel. It only changes local state.
     pub fn begin(&self) -> Result<()> {
         self.check()?;
         let mut phase = self.phase.lock().expect("phase lock");
@@ -715,6 +724,11 @@ impl TransactionalProducer {
 
     /// Sends `record` inside the open transaction. The future resolves when
     /// the record is written (still invisible to read_committed readers).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, as [`Producer::send`]: the record is part
+    /// of the transaction only if the call returned `Ok`.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         self.check()?;
         if *self.phase.lock().expect("phase lock") == Phase::Ready {
@@ -730,6 +744,11 @@ impl TransactionalProducer {
     /// Sends every buffered record and waits for them, bounded by `timeout`.
     /// A record that failed makes the transaction abort-only: the error is
     /// returned here (and again by `commit`).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only waits ([`Producer::flush`]); a
+    /// failure it has not yet reported stays kept for `commit`.
     pub async fn flush(&self, timeout: Duration) -> Result<()> {
         self.check()?;
         self.producer
@@ -757,6 +776,12 @@ impl TransactionalProducer {
     /// transform → produce). Each entry is (topic, partition, next offset
     /// to consume). V1: AddOffsetsToTxn, then TxnOffsetCommit at the group
     /// coordinator; V2: TxnOffsetCommit v5 alone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a dropped call may or may not have added the
+    /// offsets to the transaction. Call it again with the same offsets (the
+    /// coordinator keeps the last ones given), or abort.
     pub async fn send_offsets_to_transaction(&self, group_id: &str, offsets: &[(&str, i32, i64)]) -> Result<()> {
         self.check()?;
         if *self.phase.lock().expect("phase lock") == Phase::Ready {
@@ -857,12 +882,30 @@ impl TransactionalProducer {
 
     /// Flushes, then commits the open transaction (EndTxn). Under V2 the
     /// coordinator's bumped identity is taken for the next transaction.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe in the sense that matters for a
+    /// transaction: every piece of state lives in `self` and is changed only
+    /// after the coordinator's answer, so a dropped `commit` leaves the
+    /// transaction open here (it may or may not have committed at the
+    /// coordinator). Call `commit` again: the coordinator answers a repeated
+    /// EndTxn for a transaction it already committed with success (under V2
+    /// with the bumped epoch), so the transaction ends exactly once. Do not
+    /// switch to `abort` after a dropped `commit`: if the commit went through,
+    /// the abort is refused. Tested by dropping it at a sweep of points
+    /// (`tests/producer_cancel.rs`).
     pub async fn commit(&self) -> Result<()> {
         self.end(true).await
     }
 
     /// Flushes what is buffered, then aborts the open transaction. Records
     /// that failed to deliver do not stop an abort.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe as [`commit`](Self::commit): after a dropped `abort`,
+    /// call `abort` again.
     pub async fn abort(&self) -> Result<()> {
         self.end(false).await
     }
@@ -922,6 +965,11 @@ impl TransactionalProducer {
     }
 
     /// Aborts an open transaction, if any, then closes the producer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it drops the producer: an open transaction is left to the
+    /// coordinator's `transaction.timeout`, which aborts it.
     pub async fn close(self) -> Result<()> {
         let open = matches!(*self.phase.lock().expect("phase lock"), Phase::Open { .. });
         if open && self.check().is_ok() {

@@ -2,7 +2,8 @@
 //! client, as three traits. [`KafkaSource`](super::KafkaSource),
 //! [`KafkaSink`](super::KafkaSink) and the upsert sink are written once over
 //! them; [`NativeConsumer`] and [`NativeProducer`] implement them on
-//! `crate::client`, and an rdkafka backend can implement them later.
+//! `crate::client`, and `super::rdkafka` on librdkafka (cargo feature
+//! `rdkafka`); `super::selected` picks one per the `backend` option.
 //!
 //! The seam is deliberately narrow: manual assignment at concrete offsets
 //! (the source resolves every start offset itself, before assigning),
@@ -115,8 +116,9 @@ pub trait TransactionalProducerBackend: ProducerBackend {
 
     fn abort_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
-    /// The identity the open (or next) transaction runs under, read
-    /// directly (no statistics callback); `None` before `init_transactions`.
+    /// The identity the open (or next) transaction runs under (natively
+    /// read directly; on rdkafka from librdkafka's statistics); `None`
+    /// before `init_transactions`.
     fn identity(&self) -> Option<ResumeHandle>;
 }
 
@@ -322,7 +324,7 @@ impl ProducerBackend for NativeProducer {
 /// A connector message as the client's record.
 fn producer_record(topic: &str, partition: Option<i32>, message: KafkaMessage) -> ProducerRecord {
     ProducerRecord {
-        topic: topic.to_owned(),
+        topic: topic.into(),
         partition,
         key: message.key,
         value: message.payload,

@@ -991,7 +991,9 @@ pub fn parse_source(
 pub fn parse_sink(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<SinkOptions> {
     debug_assert!(!kind.is_source());
     let (inputs, security) = collect(kind, params)?;
-    sink_from_inputs(kind, &inputs, security)
+    let o = sink_from_inputs(kind, &inputs, security)?;
+    check_backend(&inputs)?;
+    Ok(o)
 }
 
 fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs) -> Result<SinkOptions> {
@@ -1058,7 +1060,6 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
     o.producer_config()?;
     o.rdkafka_properties = verbatim_checked(inputs, &o.security)?;
     o.backend = inputs.backend;
-    check_backend(inputs)?;
     Ok(o)
 }
 
@@ -1119,6 +1120,7 @@ pub fn parse_upsert(params: &BTreeMap<String, String>) -> Result<UpsertOptions> 
             format!("distinct JSON field names ({dup:?} is listed twice)"),
         ));
     }
+    check_backend(&inputs)?;
     Ok(UpsertOptions {
         sink,
         primary_key: fields,
@@ -1262,6 +1264,7 @@ pub fn parse_two_phase_commit(
     if let Some((v, k)) = inputs.get("receipt_dir") {
         o.receipt_dir = Some(non_empty(k, v)?.into());
     }
+    check_backend(&inputs)?;
     Ok(o)
 }
 

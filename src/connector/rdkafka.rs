@@ -340,13 +340,15 @@ impl RdkafkaConsumer {
     /// Takes what librdkafka has queued, without waiting: one buffer for
     /// the whole poll, records as slices of it.
     fn drain(&mut self, consumer: &BaseConsumer) -> Vec<KafkaMessage> {
+        /// A `start..end` range of the poll's buffer.
+        type Span = (usize, usize);
         struct Pending {
             partition: i32,
             offset: i64,
             timestamp: i64,
-            key: Option<(usize, usize)>,
-            payload: Option<(usize, usize)>,
-            headers: Vec<((usize, usize), Option<(usize, usize)>)>,
+            key: Option<Span>,
+            payload: Option<Span>,
+            headers: Vec<(Span, Option<Span>)>,
         }
         let mut buf = BytesMut::new();
         let put = |buf: &mut BytesMut, b: &[u8]| {
@@ -436,6 +438,9 @@ fn classify(e: KafkaError) -> Option<ConnectorError> {
                 | SaslAuthenticationFailed
                 | Authentication
                 | Fatal
+                // A batch this build cannot inflate (gzip, zstd): never skipped silently.
+                | NotImplemented
+                | BadCompression
         )
     );
     if fatal {

@@ -27,6 +27,8 @@ use super::{KafkaSink, KafkaSource, TwoPhaseCommitSink, UpsertSink};
 use crate::client::ResumeHandle;
 
 /// The consumer `backend` chose.
+// One per operator: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedConsumer {
     Native(NativeConsumer),
@@ -35,6 +37,8 @@ pub enum SelectedConsumer {
 }
 
 /// The producer `backend` chose.
+// One per operator: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedProducer {
     Native(NativeProducer),
@@ -43,6 +47,8 @@ pub enum SelectedProducer {
 }
 
 /// The transactional producer `backend` chose.
+// One per operator: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedTransactionalProducer {
     Native(NativeTransactionalProducer),

@@ -25,13 +25,8 @@ pub async fn produce_values(cluster: &Cluster, topic: &str, partition: Option<i3
 pub fn backend() -> &'static str {
     match std::env::var("CLINK_KAFKA_TEST_BACKEND").as_deref() {
         Err(_) | Ok("") | Ok("native") => "native",
-        Ok("rdkafka") => {
-            assert!(
-                cfg!(feature = "rdkafka"),
-                "CLINK_KAFKA_TEST_BACKEND=rdkafka needs the tests built with --features rdkafka"
-            );
-            "rdkafka"
-        }
+        Ok("rdkafka") if cfg!(feature = "rdkafka") => "rdkafka",
+        Ok("rdkafka") => panic!("CLINK_KAFKA_TEST_BACKEND=rdkafka needs the tests built with --features rdkafka"),
         Ok(other) => panic!("CLINK_KAFKA_TEST_BACKEND={other:?}: expected native or rdkafka"),
     }
 }

@@ -168,8 +168,10 @@ pub fn handle_produce_response(sent: &[SentBatch<'_>], response: &ProduceRespons
     for (i, b) in sent.iter().enumerate() {
         index.entry((b.topic, b.partition)).or_insert(i);
     }
-    // Which response entry answers each batch; None = not seen yet.
-    let mut answer: Vec<Option<Result<(&str, usize, usize), InvalidAnswer>>> = vec![None; sent.len()];
+    // Which response entry (topic, partition index) answers each batch;
+    // None = not seen yet.
+    type Found = Option<Result<(usize, usize), InvalidAnswer>>;
+    let mut answer: Vec<Found> = vec![None; sent.len()];
     let mut unexpected = 0usize;
     for (ti, t) in response.responses.iter().enumerate() {
         let name: &str = t.name.0.as_str();
@@ -178,7 +180,7 @@ pub fn handle_produce_response(sent: &[SentBatch<'_>], response: &ProduceRespons
                 None => unexpected = unexpected.saturating_add(1),
                 Some(&i) => {
                     answer[i] = Some(match answer[i] {
-                        None => Ok((name, ti, pi)),
+                        None => Ok((ti, pi)),
                         Some(_) => Err(InvalidAnswer::Duplicated),
                     });
                 }
@@ -191,7 +193,7 @@ pub fn handle_produce_response(sent: &[SentBatch<'_>], response: &ProduceRespons
         .map(|(b, a)| match a {
             None => BatchOutcome::Invalid(InvalidAnswer::Missing),
             Some(Err(e)) => BatchOutcome::Invalid(e),
-            Some(Ok((_, ti, pi))) => {
+            Some(Ok((ti, pi))) => {
                 let p = &response.responses[ti].partition_responses[pi];
                 if p.error_code == 0 {
                     let count = i64::from(b.record_count.max(1));
