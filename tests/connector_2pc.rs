@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use clink_kafka::client::{Admin, Cluster, NewTopic, TransactionState, TransactionVersion};
 use clink_kafka::connector::options::parse_two_phase_commit;
+use clink_kafka::connector::selected::{self, SelectedTransactionalProducer};
 use clink_kafka::connector::{
     install, BuildContext, ConnectorError, Registry, Sink, StagedCheckpoint, StateRow, Text, TwoPhaseCommitSink,
 };
@@ -58,6 +59,7 @@ impl Fixture {
             ("transactional_id", self.txn_id.as_str()),
             ("receipt_dir", self.receipts.to_str().unwrap()),
             ("linger_ms", "1"),
+            ("backend", common::connector::backend()),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -68,9 +70,9 @@ impl Fixture {
         p
     }
 
-    fn sink(&self, extra: &[(&str, &str)]) -> TwoPhaseCommitSink {
+    fn sink(&self, extra: &[(&str, &str)]) -> TwoPhaseCommitSink<SelectedTransactionalProducer> {
         let o = parse_two_phase_commit(&self.params(extra), 0, 1).expect("options");
-        TwoPhaseCommitSink::new(o).expect("sink")
+        selected::two_phase_commit_sink(o).expect("sink")
     }
 
     async fn committed(&self, expected: usize) -> Vec<String> {
@@ -90,13 +92,13 @@ impl Fixture {
 
     /// A sink of the same transactional id and receipt_dir whose broker
     /// never answers (resolution is Unreachable after 2 s).
-    fn unreachable_sink(&self) -> TwoPhaseCommitSink {
+    fn unreachable_sink(&self) -> TwoPhaseCommitSink<SelectedTransactionalProducer> {
         let mut p = self.params(&[]);
         p.insert("brokers".into(), "127.0.0.1:1".into());
         let mut o = parse_two_phase_commit(&p, 0, 1).expect("options");
         o.resolve_unreachable_after = Duration::from_secs(2);
         o.sink.client.connect_timeout = Some(Duration::from_millis(500));
-        TwoPhaseCommitSink::new(o).expect("sink")
+        selected::two_phase_commit_sink(o).expect("sink")
     }
 
     fn label(&self) -> String {
@@ -143,7 +145,7 @@ async fn a_committed_checkpoint_is_visible_and_an_aborted_one_never_is() {
         assert_eq!((s[0].checkpoint, s[0].records), (1, 20));
         let handle = s[0].handle.clone().expect("a prepared checkpoint carries its handle");
         assert_eq!(handle.transactional_id, f.txn_id);
-        assert_eq!(handle.transaction_version, version);
+        assert_eq!(handle.transaction_version, common::connector::handle_version(version));
         assert!(handle.has_identity(), "{handle:?}");
         assert!(
             f.visible_now().await.is_empty(),
@@ -469,6 +471,7 @@ async fn an_unreachable_broker_fails_open_and_is_never_a_verdict() {
         ("topic", "t"),
         ("transactional_id", "tx-unreachable"),
         ("receipt_dir", receipts.to_str().unwrap()),
+        ("backend", common::connector::backend()),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -476,7 +479,7 @@ async fn an_unreachable_broker_fails_open_and_is_never_a_verdict() {
     let mut o = parse_two_phase_commit(&params, 0, 1).unwrap();
     o.resolve_unreachable_after = Duration::from_secs(2);
     o.sink.client.connect_timeout = Some(Duration::from_millis(500));
-    let mut sink = TwoPhaseCommitSink::new(o).unwrap();
+    let mut sink = selected::two_phase_commit_sink(o).unwrap();
     let handle = clink_kafka::client::ResumeHandle {
         transactional_id: "tx-unreachable".into(),
         producer_id: 17,
@@ -552,7 +555,7 @@ async fn the_sasl_password_never_reaches_state_rows_receipts_or_logs() {
     f.brokers = sasl.brokers.clone();
     let extra = [
         ("security_protocol", "sasl_plaintext"),
-        ("sasl_mechanism", "SCRAM-SHA-256"),
+        ("sasl_mechanism", common::connector::sasl_mechanism()),
         ("sasl_username", sasl.username.as_str()),
         ("sasl_password", sasl.password.as_str()),
     ];

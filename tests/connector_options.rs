@@ -547,3 +547,219 @@ async fn sasl_through_the_passthrough_authenticates() {
     let e = s.open().await.unwrap_err();
     assert!(e.to_string().contains("SCRAM-SHA-256"), "{e}");
 }
+
+// ---------------------------------------------------------------------------
+// `backend`: every refusal holds on both backends (the tests above run the
+// native parse; these build through the registry as an engine does).
+
+const BACKENDS: [&str; 2] = ["native", "rdkafka"];
+
+fn factory_name(kind: FactoryKind) -> &'static str {
+    kind.name()
+}
+
+/// Builds `kind` through the registry on `backend`.
+fn build_on(backend: &str, kind: FactoryKind, extra: &[(&str, &str)]) -> Result<(), ConnectorError> {
+    let mut p = params(kind, extra);
+    p.insert("backend".into(), backend.into());
+    let mut r = Registry::new();
+    install(&mut r).unwrap();
+    r.build(factory_name(kind), &BuildContext::new(p)).map(drop)
+}
+
+#[test]
+fn each_refused_configuration_is_refused_on_both_backends() {
+    let sasl_ok: &[(&str, &str)] = &[
+        ("security_protocol", "sasl_plaintext"),
+        ("sasl_mechanism", "PLAIN"),
+        ("sasl_username", "u"),
+        ("sasl_password", "pw-canary"),
+    ];
+    // (extra options, the option the refusal names, whether it is InsecureConfig)
+    let mut cases: Vec<(Vec<(&str, &str)>, &str, bool)> = vec![
+        (
+            vec![("sasl_username", "alice"), ("sasl_password", "pw-canary")],
+            "sasl_username",
+            true,
+        ),
+        (
+            vec![("security_protocol", "plaintext"), ("sasl_password", "pw-canary")],
+            "sasl_password",
+            true,
+        ),
+        (
+            vec![("kafka.sasl.username", "a"), ("kafka.sasl.password", "pw-canary")],
+            "kafka.sasl.username",
+            true,
+        ),
+        (
+            vec![("security_protocol", "ssl"), ("kafka.sasl.password", "pw-canary")],
+            "kafka.sasl.password",
+            true,
+        ),
+        (vec![("sasl_mechanism", "PLAIN")], "sasl_mechanism", true),
+        (vec![("ssl_ca_location", "/ca.pem")], "ssl_ca_location", true),
+        (vec![("ssl_key_password", "pw-canary")], "ssl_key_password", true),
+        (
+            vec![("kafka.ssl.ca.location", "/ca.pem")],
+            "kafka.ssl.ca.location",
+            true,
+        ),
+        (
+            vec![("kafka.ssl.key.password", "pw-canary")],
+            "kafka.ssl.key.password",
+            true,
+        ),
+        // A security property neither table maps: refused by name either way.
+        (
+            vec![("kafka.ssl.cipher.suites", "ALL")],
+            "kafka.ssl.cipher.suites",
+            false,
+        ),
+        (
+            vec![("kafka.sasl.oauthbearer.config", "x")],
+            "kafka.sasl.oauthbearer.config",
+            false,
+        ),
+        (
+            vec![("sasl_mechanism", "GSSAPI"), ("security_protocol", "sasl_plaintext")],
+            "sasl_mechanism",
+            false,
+        ),
+        (
+            vec![("kafka.session.timeout.ms", "1000")],
+            "kafka.session.timeout.ms",
+            false,
+        ),
+        (
+            vec![("kafka.enable.auto.offset.store", "true")],
+            "kafka.enable.auto.offset.store",
+            false,
+        ),
+    ];
+    let mut tls_on_sasl: Vec<(&str, &str)> = sasl_ok.to_vec();
+    tls_on_sasl.push(("ssl_certificate_location", "/client.pem"));
+    cases.push((tls_on_sasl, "ssl_certificate_location", true));
+    for backend in BACKENDS {
+        for kind in ALL {
+            for (extra, option, insecure) in &cases {
+                let source_only = option.contains("session.timeout") || option.contains("auto.offset.store");
+                if source_only && !kind.is_source() {
+                    continue;
+                }
+                let e = build_on(backend, kind, extra).expect_err("refused");
+                assert_eq!(e.option(), Some(*option), "{backend} {kind:?} {extra:?}: {e}");
+                if *insecure {
+                    assert!(
+                        matches!(e, ConnectorError::InsecureConfig { .. }),
+                        "{backend} {kind:?}: {e}"
+                    );
+                }
+                assert!(!e.to_string().contains("pw-canary"), "{e}");
+                assert!(!format!("{e:?}").contains("pw-canary"), "{e:?}");
+            }
+        }
+        // The passthrough cannot weaken what the alias set up.
+        let mut weaker = sasl_ok.to_vec();
+        weaker.push(("kafka.security.protocol", "plaintext"));
+        let e = build_on(backend, FactoryKind::MessageSink, &weaker).unwrap_err();
+        assert!(matches!(e, ConnectorError::ConflictingOptions { .. }), "{backend}: {e}");
+        // The transactional sink keeps idempotence and acks=all on both.
+        let mut two_pc = params(
+            FactoryKind::MessageSink,
+            &[("transactional_id", "tx"), ("backend", backend)],
+        );
+        let mut r = Registry::new();
+        install(&mut r).unwrap();
+        for (k, v) in [("kafka.enable.idempotence", "false"), ("acks", "1")] {
+            two_pc.insert(k.into(), v.into());
+            let e = r
+                .build("kafka_2pc_sink_string", &BuildContext::new(two_pc.clone()))
+                .map(drop)
+                .unwrap_err();
+            assert_eq!(e.option(), Some(k), "{backend}: {e}");
+            two_pc.remove(k);
+        }
+    }
+}
+
+#[test]
+fn an_unknown_backend_names_the_allowed_values() {
+    for kind in ALL {
+        let e = build_on("librdkafka", kind, &[]).unwrap_err();
+        assert_eq!(e.option(), Some("backend"), "{e}");
+        assert!(e.to_string().contains("one of native, rdkafka"), "{e}");
+    }
+    build_on("Native", FactoryKind::MessageSink, &[]).expect("case-insensitive");
+}
+
+#[cfg(not(feature = "rdkafka"))]
+#[test]
+fn rdkafka_without_the_feature_is_a_build_error_naming_the_feature() {
+    for kind in ALL {
+        let e = build_on("rdkafka", kind, &[]).unwrap_err();
+        assert!(
+            matches!(&e, ConnectorError::MissingFeature { feature: "rdkafka", .. }),
+            "{e:?}"
+        );
+        assert_eq!(e.option(), Some("backend"));
+        assert!(e.to_string().contains("--features rdkafka"), "{e}");
+    }
+}
+
+/// The named differences of the rdkafka backend (README): this build's
+/// librdkafka has no TLS, SCRAM, gzip or zstd; `kafka.<property>` reaches
+/// librdkafka verbatim, validated by librdkafka when the operator is built.
+#[cfg(feature = "rdkafka")]
+#[test]
+fn rdkafka_named_differences_are_refused_at_build_time() {
+    let rd = |kind, extra: &[(&str, &str)]| build_on("rdkafka", kind, extra);
+    for kind in ALL {
+        for protocol in ["ssl", "sasl_ssl"] {
+            let mut extra = vec![("security_protocol", protocol)];
+            if protocol == "sasl_ssl" {
+                extra.extend([
+                    ("sasl_mechanism", "PLAIN"),
+                    ("sasl_username", "u"),
+                    ("sasl_password", "pw-canary"),
+                ]);
+            }
+            let e = rd(kind, &extra).unwrap_err();
+            assert_eq!(e.option(), Some("security_protocol"), "{e}");
+            assert!(e.to_string().contains("`ssl` feature"), "{e}");
+            assert!(build_on("native", kind, &extra).is_ok(), "native builds {protocol}");
+        }
+        for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+            let extra = [
+                ("security_protocol", "sasl_plaintext"),
+                ("sasl_mechanism", mechanism),
+                ("sasl_username", "u"),
+                ("sasl_password", "pw-canary"),
+            ];
+            let e = rd(kind, &extra).unwrap_err();
+            assert_eq!(e.option(), Some("sasl_mechanism"), "{e}");
+            assert!(!e.to_string().contains("pw-canary"));
+        }
+        let e = rd(kind, &[("kafka.no.such.property", "1")]).unwrap_err();
+        assert_eq!(e.option(), Some("kafka.no.such.property"), "{e}");
+        // Verbatim: a librdkafka property the native table does not know.
+        rd(kind, &[("kafka.client.rack", "r1")]).expect("librdkafka takes client.rack");
+        let e = build_on("native", kind, &[("kafka.client.rack", "r1")]).unwrap_err();
+        assert_eq!(e.option(), Some("kafka.client.rack"), "{e}");
+    }
+    for codec in ["gzip", "zstd"] {
+        let e = rd(FactoryKind::MessageSink, &[("compression", codec)]).unwrap_err();
+        assert_eq!(e.option(), Some("compression"), "{e}");
+    }
+    for codec in ["none", "snappy", "lz4"] {
+        rd(FactoryKind::MessageSink, &[("compression", codec)]).expect(codec);
+    }
+    // A bad verbatim value is librdkafka's refusal, naming the property;
+    // a secret's value is never echoed.
+    let e = rd(
+        FactoryKind::MessageSink,
+        &[("kafka.queue.buffering.max.messages", "lots")],
+    )
+    .unwrap_err();
+    assert_eq!(e.option(), Some("kafka.queue.buffering.max.messages"), "{e}");
+}

@@ -11,16 +11,17 @@ use std::time::{Duration, Instant};
 use clink_kafka::client::{Admin, GroupOffsets, NewTopic};
 use clink_kafka::connector::backend::{ConsumerBackend, Watermark};
 use clink_kafka::connector::options::{parse_source, AutoOffsetReset, FactoryKind, SourceOptions};
+use clink_kafka::connector::selected::{self, SelectedConsumer};
 use clink_kafka::connector::source::Origin;
 use clink_kafka::connector::{
     install, BuildContext, ConnectorError, KafkaMessage, KafkaSource, Registry, Source, StateRow,
 };
 
-fn source(brokers: &str, topic: &str, extra: &[(&str, &str)], index: u32, n: u32) -> KafkaSource {
+fn source(brokers: &str, topic: &str, extra: &[(&str, &str)], index: u32, n: u32) -> KafkaSource<SelectedConsumer> {
     let params: BTreeMap<String, String> = common::connector::connector_params(brokers, topic, extra)
         .into_iter()
         .collect();
-    KafkaSource::new(parse_source(FactoryKind::MessageSource, &params, index, n).unwrap()).unwrap()
+    selected::kafka_source(parse_source(FactoryKind::MessageSource, &params, index, n).unwrap()).unwrap()
 }
 
 /// Produces batches until `n` records came (bounded: 30 s, 2,000 calls).
@@ -338,7 +339,7 @@ async fn batch_max_wait_bounds_batches_on_a_trickle() {
     );
     bounded.open().await.unwrap();
     unbounded.open().await.unwrap();
-    let read = |mut s: KafkaSource| async move {
+    let read = |mut s: KafkaSource<SelectedConsumer>| async move {
         let mut sizes = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         for _ in 0..5000 {

@@ -1,6 +1,6 @@
 //! `clink-kafka copy`: the exactly-once copy job. One process runs one
-//! [`KafkaSource`] (standalone: it owns every partition of `--from`) into one
-//! `kafka_2pc_sink_string` sink ([`TwoPhaseCommitSink`], writing `--to`),
+//! [`KafkaSource`](clink_kafka::connector::KafkaSource) (standalone: it owns every partition of `--from`) into one
+//! `kafka_2pc_sink_string` sink ([`TwoPhaseCommitSink`](clink_kafka::connector::TwoPhaseCommitSink), writing `--to`),
 //! under a checkpoint coordinator of its own whose durable state lives in
 //! `--state-dir`. It is the spec's "Delivery semantics" protocol for a
 //! `commit_recoverable = false` sink, with one process playing the
@@ -92,7 +92,7 @@ use clink_kafka::client::ClientConfig;
 use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitOptions};
 use clink_kafka::connector::security::SecurityConfig;
 use clink_kafka::connector::twopc::{set_step_hook, SinkStep};
-use clink_kafka::connector::{KafkaMessage, KafkaSource, Source, StateRow, TwoPhaseCommitSink};
+use clink_kafka::connector::{selected, KafkaMessage, Source, StateRow};
 
 use super::{thousands, ConnectArgs};
 
@@ -106,6 +106,8 @@ after-commit, after-confirmed, after-resolve, after-recovery-open (see src/cli/c
 pub struct CopyArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub backend: super::backend::BackendArgs,
     /// Topic to read (every partition, from the earliest offset on a fresh start).
     #[arg(long)]
     pub from: String,
@@ -482,6 +484,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         (Some(n), _) => Trigger::Records(n),
         (None, ms) => Trigger::Interval(Duration::from_millis(ms.unwrap_or(1_000))),
     };
+    let backend = args.backend.backend()?;
     let client = args.connect.client_config()?;
     let security = connector_security(&client);
     let state = StateDir::open(&args.state_dir, &args.from, &args.to, &args.transactional_id)?;
@@ -491,13 +494,15 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     sink_options.sink.client.request_timeout = Some(client.request_timeout);
     sink_options.receipt_dir = Some(state.receipts());
     sink_options.resolve_unreachable_after = Duration::from_millis(args.resolve_unreachable_after_ms);
-    let mut sink = TwoPhaseCommitSink::new(sink_options).context("configuring the sink")?;
+    sink_options.sink.backend = backend;
+    let mut sink = selected::two_phase_commit_sink(sink_options).context("configuring the sink")?;
 
     let mut source_options = SourceOptions::new(&args.connect.brokers, &args.from);
     source_options.security = security;
     source_options.client.request_timeout = Some(client.request_timeout);
     source_options.group_id = format!("clink-copy-{}", args.transactional_id);
-    let mut source = KafkaSource::new(source_options).context("configuring the source")?;
+    source_options.backend = backend;
+    let mut source = selected::kafka_source(source_options).context("configuring the source")?;
 
     // Restore.
     let completed = state.markers("COMPLETED")?;

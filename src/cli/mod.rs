@@ -7,6 +7,7 @@ use clink_kafka::client::{ClientConfig, SecurityProtocol, TlsConfig};
 use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
 
+pub mod backend;
 pub mod consume;
 pub mod copy;
 pub mod produce;

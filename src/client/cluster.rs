@@ -287,12 +287,22 @@ impl Cluster {
                 )
             })
             .collect();
+        // A topic-level error: unknown or retriable (LEADER_NOT_AVAILABLE …)
+        // leaves the topic out of the cache, so a lookup waits for it; any
+        // other (TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC_EXCEPTION …) is
+        // the caller's error, naming Metadata and the topic, after the rest
+        // of the answer is merged.
+        let mut refused: Option<(String, i16)> = None;
         for t in &response.topics {
             let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
                 continue;
             };
-            if t.error_code == KafkaCode::UNKNOWN_TOPIC_OR_PARTITION.0 {
+            if t.error_code != 0 {
                 md.topics.remove(&name);
+                let code = KafkaCode(t.error_code);
+                if code != KafkaCode::UNKNOWN_TOPIC_OR_PARTITION && !code.is_retriable() && refused.is_none() {
+                    refused = Some((name, t.error_code));
+                }
                 continue;
             }
             let mut partitions: Vec<PartitionMetadata> = t
@@ -315,6 +325,10 @@ impl Cluster {
         }
         let md = Arc::new(md);
         *lock = md.clone();
+        drop(lock);
+        if let Some((topic, code)) = refused {
+            return Err(Error::kafka("Metadata", &broker, Some(&topic), None, code, None));
+        }
         Ok(md)
     }
 
@@ -348,11 +362,13 @@ impl Cluster {
     }
 
     /// The leader of `topic[partition]` and a connection to it. Retries a
-    /// missing leader with bounded backoff.
+    /// missing leader with bounded backoff; an unreachable leader refreshes
+    /// the metadata once, in case leadership moved.
     pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, BrokerConnection)> {
         let started = Instant::now();
         let mut backoff = self.backoff();
         let mut refreshed = false;
+        let mut leader_rechecked = false;
         loop {
             let t = self.topic(topic).await?;
             let Some(p) = t.partitions.iter().find(|p| p.partition == partition) else {
@@ -367,8 +383,24 @@ impl Cluster {
                     partitions: t.partitions.len(),
                 });
             };
-            if p.leader >= 0 {
-                return Ok((p.leader, self.broker(p.leader).await?));
+            // A leader missing from the broker list (a broker that is down
+            // or restarting) counts as no leader yet, as in the Java client.
+            let listed = self.metadata().brokers.contains_key(&p.leader);
+            if p.leader >= 0 && listed {
+                match self.broker(p.leader).await {
+                    Ok(conn) => return Ok((p.leader, conn)),
+                    // The cached leader is unreachable: leadership may have
+                    // moved (failover). Look once more before giving up; the
+                    // caller's retries take it from there.
+                    Err(e) if e.is_connection_error() && !leader_rechecked => {
+                        leader_rechecked = true;
+                        tracing::debug!(topic, partition, leader = p.leader, error = %e,
+                            "leader unreachable; refreshing metadata");
+                        self.refresh_topics(&[topic]).await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             let waited = started.elapsed();
             if waited >= self.inner.config.metadata_max_wait {
@@ -376,7 +408,11 @@ impl Cluster {
                     topic: topic.to_owned(),
                     partition,
                     waited,
-                    code: p.error,
+                    code: if p.error.is_ok() {
+                        KafkaCode::LEADER_NOT_AVAILABLE
+                    } else {
+                        p.error
+                    },
                 });
             }
             backoff.sleep().await;

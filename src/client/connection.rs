@@ -13,9 +13,11 @@
 //! routes the response frame back by correlation id. Decoding happens in the
 //! caller, so big responses decode in parallel.
 //!
-//! On connect we send ApiVersions v3 and fall back to v0 when the broker
-//! answers `UNSUPPORTED_VERSION` (KIP-511; the error answer is always a v0
-//! body), then keep the broker's ranges to choose each request's version.
+//! On connect we send ApiVersions v3; a broker that answers
+//! `UNSUPPORTED_VERSION` lists its own ApiVersions range in that answer
+//! (KIP-511), and we retry at the highest version it allows (v0 when it lists
+//! none; see `api_versions_retry_version` in the wire crate). Then we keep the
+//! broker's ranges to choose each request's version.
 //! See <https://kafka.apache.org/protocol#api_versions>.
 //!
 //! Failure is sticky (as in rustls): the first fatal error — I/O, EOF, a bad
@@ -31,9 +33,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use clink_kafka_wire::frame::{self, FrameDecoder, ResponseFrame};
-use clink_kafka_wire::kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
+use clink_kafka_wire::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
-use clink_kafka_wire::protocol::{ApiRequest, BrokerVersions};
+use clink_kafka_wire::protocol::{api_versions_retry_version, ApiRequest, BrokerVersions};
 use clink_kafka_wire::KafkaCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -88,6 +90,9 @@ struct Command {
     version: i16,
     frame: Bytes,
     reply: Option<oneshot::Sender<Result<Bytes>>>,
+    /// For a request without an answer: told once the frame is written, so
+    /// the caller can bound what is queued (acks=0 produce).
+    written: Option<oneshot::Sender<Result<Bytes>>>,
 }
 
 /// A request written and waiting for its response.
@@ -298,7 +303,53 @@ impl BrokerConnection {
             version,
             frame,
             reply: None,
+            written: None,
         })
+    }
+
+    /// Queues `body` at `version` now, in call order, and returns the wait
+    /// for its answer. Requests started one after another on a connection
+    /// reach the broker in that order (the producer relies on it for the
+    /// order of a partition's batches).
+    pub(crate) fn start_request<R: ApiRequest>(&self, version: i16, body: &R) -> Result<PendingResponse<R>> {
+        let (correlation_id, frame) = self.encode(version, body)?;
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Command {
+            correlation_id,
+            api: R::NAME,
+            version,
+            frame,
+            reply: Some(tx),
+            written: None,
+        })?;
+        Ok(PendingResponse {
+            conn: self.clone(),
+            rx,
+            correlation_id,
+            version,
+            _r: std::marker::PhantomData,
+        })
+    }
+
+    /// Queues `body` at `version` now for a request the broker never answers;
+    /// the returned receiver resolves once the frame is written to the
+    /// socket (or the connection fails).
+    pub(crate) fn start_unanswered<R: ApiRequest>(
+        &self,
+        version: i16,
+        body: &R,
+    ) -> Result<oneshot::Receiver<Result<Bytes>>> {
+        let (correlation_id, frame) = self.encode(version, body)?;
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Command {
+            correlation_id,
+            api: R::NAME,
+            version,
+            frame,
+            reply: None,
+            written: Some(tx),
+        })?;
+        Ok(rx)
     }
 
     fn encode<R: ApiRequest>(&self, version: i16, body: &R) -> Result<(i32, Bytes)> {
@@ -330,7 +381,18 @@ impl BrokerConnection {
             version,
             frame,
             reply: Some(tx),
+            written: None,
         })?;
+        self.wait_response(api, version, correlation_id, rx).await
+    }
+
+    async fn wait_response(
+        &self,
+        api: &'static str,
+        version: i16,
+        correlation_id: i32,
+        rx: oneshot::Receiver<Result<Bytes>>,
+    ) -> Result<Bytes> {
         match tokio::time::timeout(self.shared.request_timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.closed_error()),
@@ -372,50 +434,94 @@ impl BrokerConnection {
         }
     }
 
-    /// ApiVersions v3, or v0 after an `UNSUPPORTED_VERSION` answer.
+    /// ApiVersions v3; after an `UNSUPPORTED_VERSION` answer, again at the
+    /// highest version that answer allows (KIP-511: it lists the broker's
+    /// ApiVersions range; without one, v0). Each retry is at a lower
+    /// version than the last, so this ends.
     async fn negotiate_versions(&self) -> Result<BrokerVersions> {
-        let request = ApiVersionsRequest::default()
-            .with_client_software_name(StrBytes::from_static_str("clink-kafka"))
-            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
-        let (correlation_id, frame) = self.encode(API_VERSIONS_FIRST, &request)?;
-        let raw = self
-            .round_trip("ApiVersions", API_VERSIONS_FIRST, correlation_id, frame)
+        let mut version = API_VERSIONS_FIRST;
+        loop {
+            let request = if version >= 3 {
+                ApiVersionsRequest::default()
+                    .with_client_software_name(StrBytes::from_static_str("clink-kafka"))
+                    .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")))
+            } else {
+                ApiVersionsRequest::default()
+            };
+            let (correlation_id, frame) = self.encode(version, &request)?;
+            let raw = self.round_trip("ApiVersions", version, correlation_id, frame).await?;
+            let parsed = ResponseFrame::parse(raw, ApiKey::ApiVersions, version)
+                .map_err(|e| self.protocol_error("ApiVersions", e))?;
+            if parsed.correlation_id != correlation_id {
+                return Err(self.protocol_error(
+                    "ApiVersions",
+                    clink_kafka_wire::Error::CorrelationMismatch {
+                        expected: correlation_id,
+                        actual: parsed.correlation_id,
+                    },
+                ));
+            }
+            // Every ApiVersions body starts with its error code; an
+            // UNSUPPORTED_VERSION answer is not in the shape we asked for.
+            let body = parsed.body();
+            let code = body.get(..2).map(|b| i16::from_be_bytes([b[0], b[1]]));
+            let unsupported = code == Some(KafkaCode::UNSUPPORTED_VERSION.0);
+            if unsupported {
+                if let Some(retry) = api_versions_retry_version(&body, version) {
+                    tracing::debug!(broker = %self.shared.broker, version, retry,
+                        "ApiVersions version unsupported; retrying at the version the broker lists");
+                    version = retry;
+                    continue;
+                }
+            }
+            let response: Option<ApiVersionsResponse> = if unsupported {
+                // Nothing lower to try; the body need not be in our shape.
+                None
+            } else {
+                Some(
+                    parsed
+                        .decode(version, "ApiVersions")
+                        .map_err(|e| self.protocol_error("ApiVersions", e))?,
+                )
+            };
+            match response {
+                Some(response) if response.error_code == 0 => return Ok(BrokerVersions::from_response(&response)),
+                _ => {
+                    return Err(Error::kafka(
+                        "ApiVersions",
+                        &self.shared.broker,
+                        None,
+                        None,
+                        response.map_or(KafkaCode::UNSUPPORTED_VERSION.0, |r| r.error_code),
+                        None,
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// A request queued by [`BrokerConnection::start_request`]; [`wait`]
+/// its answer (bounded by the request timeout, as `request_at`).
+///
+/// [`wait`]: PendingResponse::wait
+pub(crate) struct PendingResponse<R: ApiRequest> {
+    conn: BrokerConnection,
+    rx: oneshot::Receiver<Result<Bytes>>,
+    correlation_id: i32,
+    version: i16,
+    _r: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: ApiRequest> PendingResponse<R> {
+    /// Waits for and decodes the answer. Dropping this future drops only the
+    /// wait: the request stays written and its answer is discarded.
+    pub(crate) async fn wait(self) -> Result<R::Response> {
+        let conn = self.conn;
+        let raw = conn
+            .wait_response(R::NAME, self.version, self.correlation_id, self.rx)
             .await?;
-        let parsed = ResponseFrame::parse(raw, ApiKey::ApiVersions, API_VERSIONS_FIRST)
-            .map_err(|e| self.protocol_error("ApiVersions", e))?;
-        if parsed.correlation_id != correlation_id {
-            return Err(self.protocol_error(
-                "ApiVersions",
-                clink_kafka_wire::Error::CorrelationMismatch {
-                    expected: correlation_id,
-                    actual: parsed.correlation_id,
-                },
-            ));
-        }
-        // Every ApiVersions body starts with its error code; an
-        // UNSUPPORTED_VERSION answer is a v0 body whatever we asked for.
-        let body = parsed.body();
-        let code = body.get(..2).map(|b| i16::from_be_bytes([b[0], b[1]]));
-        let response = if code == Some(KafkaCode::UNSUPPORTED_VERSION.0) {
-            tracing::debug!(broker = %self.shared.broker, "ApiVersions v3 unsupported; retrying with v0");
-            self.request_at::<ApiVersionsRequest>(0, &ApiVersionsRequest::default())
-                .await?
-        } else {
-            parsed
-                .decode(API_VERSIONS_FIRST, "ApiVersions")
-                .map_err(|e| self.protocol_error("ApiVersions", e))?
-        };
-        if response.error_code != 0 {
-            return Err(Error::kafka(
-                "ApiVersions",
-                &self.shared.broker,
-                None,
-                None,
-                response.error_code,
-                None,
-            ));
-        }
-        Ok(BrokerVersions::from_response(&response))
+        frame::decode_response::<R>(raw, self.version, self.correlation_id).map_err(|e| conn.protocol_error(R::NAME, e))
     }
 }
 
@@ -475,7 +581,7 @@ impl Driver {
         }
         commands.close();
         while let Ok(c) = commands.try_recv() {
-            if let Some(reply) = c.reply {
+            if let Some(reply) = c.reply.or(c.written) {
                 let _ = reply.send(Err(error.clone()));
             }
         }
@@ -566,6 +672,7 @@ impl Driver {
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> Result<()> {
         let mut batch = Vec::with_capacity(WRITE_BATCH);
+        let mut pending_written = Vec::new();
         while let Some(first) = commands.recv().await {
             batch.push(first);
             while batch.len() < WRITE_BATCH {
@@ -594,9 +701,15 @@ impl Driver {
                 tracing::trace!(broker = %self.broker, api = c.api, version = c.version,
                     correlation_id = c.correlation_id, bytes = c.frame.len(), "write");
                 wr.write_all(&c.frame).await.map_err(|e| self.io_error(e))?;
+                if let Some(written) = c.written {
+                    pending_written.push(written);
+                }
             }
             // A TLS stream buffers records until flushed (a no-op for TCP).
             wr.flush().await.map_err(|e| self.io_error(e))?;
+            for w in pending_written.drain(..) {
+                let _ = w.send(Ok(Bytes::new()));
+            }
         }
         // Every handle is gone.
         let _ = wr.shutdown().await;
@@ -710,24 +823,118 @@ mod tests {
         }
     }
 
+    /// An ApiVersions v1/v2 body (throttle time after the list).
+    fn api_versions_v2(apis: &[(i16, i16, i16)]) -> Vec<u8> {
+        let mut b = api_versions_v0(0, apis);
+        b.extend_from_slice(&0i32.to_be_bytes());
+        b
+    }
+
+    /// A peer that answers each ApiVersions request in `script` with its
+    /// body, asserting the version asked, then holds the connection open.
+    fn api_versions_peer(listener: TcpListener, script: Vec<(i16, Vec<u8>)>) -> tokio::task::JoinHandle<TcpStream> {
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            for (expected_version, body) in script {
+                let (key, version, corr) = read_request(&mut s).await;
+                assert_eq!((key, version), (18, expected_version), "ApiVersions version asked");
+                write_frame(&mut s, corr, &body).await;
+            }
+            s
+        })
+    }
+
     #[tokio::test]
-    async fn api_versions_falls_back_to_v0() {
+    async fn api_versions_retries_at_the_version_the_broker_lists() {
+        // Kafka's answer to a too-new ApiVersions: a v0 body with its range.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let peer = tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let (key, version, corr) = read_request(&mut s).await;
-            assert_eq!((key, version), (18, 3));
-            write_frame(&mut s, corr, &api_versions_v0(35, &[(18, 0, 2)])).await;
-            let (key, version, corr) = read_request(&mut s).await;
-            assert_eq!((key, version), (18, 0));
-            write_frame(&mut s, corr, &api_versions_v0(0, &[(18, 0, 2), (3, 4, 9)])).await;
-            s
-        });
+        let peer = api_versions_peer(
+            listener,
+            vec![
+                (3, api_versions_v0(35, &[(18, 0, 2)])),
+                (2, api_versions_v2(&[(18, 0, 2), (3, 4, 9)])),
+            ],
+        );
         let conn = BrokerConnection::connect(&addr, None, &config(5000)).await.unwrap();
         let _s = peer.await.unwrap();
         assert_eq!(conn.version_for::<MetadataRequest>(None).unwrap(), 9);
         assert_eq!(conn.version_for::<MetadataRequest>(Some(7)).unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn api_versions_retries_after_librdkafka_mock_answer() {
+        // librdkafka 2.12's mock cluster: error 35, a one-byte raw count,
+        // untagged entries, a throttle time (bytes as it writes them).
+        let mock_answer = vec![0, 35, 1, 0, 18, 0, 0, 0, 2, 0, 0, 0, 0];
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = api_versions_peer(
+            listener,
+            vec![(3, mock_answer), (2, api_versions_v2(&[(18, 0, 2), (0, 0, 10)]))],
+        );
+        let conn = BrokerConnection::connect(&addr, None, &config(5000)).await.unwrap();
+        let _s = peer.await.unwrap();
+        assert_eq!(
+            conn.version_for::<clink_kafka_wire::kafka_protocol::messages::ProduceRequest>(None)
+                .unwrap(),
+            10
+        );
+    }
+
+    #[tokio::test]
+    async fn api_versions_falls_back_to_v0_without_a_listed_range() {
+        // A pre-KIP-511 broker lists nothing with its error.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = api_versions_peer(
+            listener,
+            vec![
+                (3, api_versions_v0(35, &[])),
+                (0, api_versions_v0(0, &[(18, 0, 0), (3, 4, 9)])),
+            ],
+        );
+        let conn = BrokerConnection::connect(&addr, None, &config(5000)).await.unwrap();
+        let _s = peer.await.unwrap();
+        assert_eq!(conn.version_for::<MetadataRequest>(None).unwrap(), 9);
+    }
+
+    #[tokio::test]
+    async fn api_versions_unsupported_at_v0_is_an_error_naming_the_api() {
+        // Refused at every version: two requests (v3, then v0), then an
+        // error that names ApiVersions and the code; no third request.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = api_versions_peer(
+            listener,
+            vec![
+                (3, api_versions_v0(35, &[(18, 0, 0)])),
+                (0, api_versions_v0(35, &[(18, 0, 0)])),
+            ],
+        );
+        let err = BrokerConnection::connect(&addr, None, &config(5000)).await.unwrap_err();
+        let mut s = peer.await.unwrap();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Kafka { api: "ApiVersions", .. }), "{text}");
+        assert!(text.contains("UNSUPPORTED_VERSION"), "{text}");
+        // The client hung up without asking again.
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+            .await
+            .expect("the client did not close within 10 s")
+            .unwrap();
+        assert_eq!(n, 0, "no third ApiVersions request");
+    }
+
+    #[tokio::test]
+    async fn api_versions_range_above_ours_is_an_error_naming_the_api() {
+        // The broker lists only ApiVersions v3..: nothing below our v3 to retry.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = api_versions_peer(listener, vec![(3, api_versions_v0(35, &[(18, 3, 9)]))]);
+        let err = BrokerConnection::connect(&addr, None, &config(5000)).await.unwrap_err();
+        let _s = peer.await.unwrap();
+        assert!(matches!(err, Error::Kafka { api: "ApiVersions", .. }), "{err}");
     }
 
     #[tokio::test]

@@ -33,6 +33,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod resolver;
 pub mod sasl;
+mod sender;
 pub mod tls;
 pub mod txn;
 pub mod txn_admin;

@@ -1,15 +1,19 @@
-//! The producer: records are appended to per-partition batches, a sender
-//! task seals them (full, or older than `linger`), and each sealed batch is
-//! encoded once and produced, with retries, until it is acknowledged.
+//! The producer's accumulator and public API: records are appended to
+//! per-partition batches (Java's `RecordAccumulator`); the sender task
+//! ([`super::sender`]) seals them (full, or older than `linger`), sends
+//! every ready batch of a broker in one Produce request, and completes each
+//! batch once: every record's [`DeliveryFuture`] is a handle on its batch's
+//! outcome (no channel per record).
 //!
 //! Idempotent by default ([KIP-98]): the producer takes a producer id from
 //! InitProducerId, and each partition's batches carry consecutive sequence
-//! numbers. At most one batch per partition is in flight, and a retry
-//! re-sends the very same batch bytes with the same sequence, so the broker
-//! drops duplicates and order holds without further bookkeeping. When the
-//! outcome of a batch is unknown (its requests timed out or lost their
-//! connection until the delivery timeout ran out), the sequence can no longer
-//! be trusted: the producer then fails, stickily ([`Error::ProducerFailed`]).
+//! numbers. Up to `max_in_flight` requests per broker connection are
+//! outstanding, so several batches of one partition may be in flight; a
+//! retry re-sends the very same batch bytes with the same sequence, so the
+//! broker drops duplicates. When the outcome of a batch is unknown (its
+//! requests timed out or lost their connection until the delivery timeout
+//! ran out, or the answer made no sense), the sequence can no longer be
+//! trusted: the producer then fails, stickily ([`Error::ProducerFailed`]).
 //! A batch the broker definitely refused gives its sequence numbers back.
 //!
 //! Produce is spoken up to v12: v13 names topics by id ([KIP-516]).
@@ -22,24 +26,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use clink_kafka_wire::compression::Compression;
-use clink_kafka_wire::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use clink_kafka_wire::kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, TopicName, TransactionalId};
-use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
-use clink_kafka_wire::record::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
-use clink_kafka_wire::KafkaCode;
-use tokio::sync::{oneshot, Notify, Semaphore};
+use clink_kafka_wire::kafka_protocol::messages::InitProducerIdRequest;
+use tokio::sync::{Notify, Semaphore};
 
-use super::cluster::{needs_metadata_refresh, Cluster};
+use super::cluster::Cluster;
 use super::partitioner::partition_for_key;
 use crate::error::{Error, Result};
 
 /// Highest Produce version used: v13 needs topic ids.
-const PRODUCE_MAX_VERSION: i16 = 12;
+pub(crate) const PRODUCE_MAX_VERSION: i16 = 12;
 /// Bytes a record costs in a batch beyond its key, value and headers
 /// (length, attributes, deltas, field lengths), roughly.
 const RECORD_OVERHEAD: usize = 16;
@@ -94,7 +94,10 @@ pub struct ProducerConfig {
     /// `batch.size`: a batch is sealed once its records reach this many
     /// bytes (before compression). A larger single record gets its own batch.
     pub batch_size: usize,
-    /// `buffer.memory`: bytes of records buffered before `send` waits.
+    /// `buffer.memory`: bytes of records buffered or in flight before `send`
+    /// waits. A record costs its key, value and headers plus the producer's
+    /// bookkeeping for it (about 100 bytes); the cost is held until its batch
+    /// is acknowledged (acks=0: written to the socket).
     pub buffer_memory: usize,
     /// `max.request.size`: the largest record accepted.
     pub max_record_size: usize,
@@ -102,13 +105,12 @@ pub struct ProducerConfig {
     pub ack_timeout: Duration,
     /// `delivery.timeout.ms`: bound on delivering a batch, retries included.
     pub delivery_timeout: Duration,
-    /// `max.in.flight.requests`: Produce requests this producer has
-    /// outstanding at once, across all partitions and brokers (1 to 1000;
-    /// default 5). A partition never has more than one batch in flight, so
-    /// ordering and idempotence do not depend on this; it bounds how many
-    /// partitions' batches are on the wire together. Stricter than the Java
-    /// client's per-connection `max.in.flight.requests.per.connection` when
-    /// a producer writes to several brokers.
+    /// `max.in.flight.requests.per.connection`: Produce requests outstanding
+    /// at once on each broker connection, and batches of one partition in
+    /// flight at once (1 to 5 with idempotence, as the broker remembers the
+    /// last 5 batches of a producer for deduplication; 1 to 1000 without;
+    /// default 5). One request carries a batch of every ready partition led
+    /// by that broker.
     pub max_in_flight: usize,
 }
 
@@ -210,58 +212,296 @@ pub struct ProducerIdentity {
     pub producer_epoch: i16,
 }
 
-/// Resolves to the [`DeliveryReport`] of one sent record.
-#[derive(Debug)]
+/// The outcome of one batch, shared by the [`DeliveryFuture`]s of its
+/// records: one allocation per batch, not a channel per record.
+pub(crate) struct Completion {
+    topic: Arc<str>,
+    partition: i32,
+    /// `(base_offset, log_append_time)`.
+    result: OnceLock<Result<(i64, i64)>>,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Completion {
+    fn new(topic: Arc<str>, partition: i32) -> Arc<Completion> {
+        Arc::new(Completion {
+            topic,
+            partition,
+            result: OnceLock::new(),
+            wakers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Sets the outcome (the first one wins) and wakes every waiter.
+    pub(crate) fn complete(&self, result: Result<(i64, i64)>) {
+        let _ = self.result.set(result);
+        let wakers = std::mem::take(&mut *self.wakers.lock().expect("waker lock"));
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn is_complete(&self) -> bool {
+        self.result.get().is_some()
+    }
+
+    pub(crate) fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub(crate) fn partition(&self) -> i32 {
+        self.partition
+    }
+}
+
+/// Owns a batch's completion; a batch dropped without an outcome (the
+/// runtime shut down under it) completes as [`Error::ProducerClosed`].
+pub(crate) struct CompletionGuard(pub(crate) Arc<Completion>);
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if !self.0.is_complete() {
+            self.0.complete(Err(Error::ProducerClosed));
+        }
+    }
+}
+
+/// Resolves to the [`DeliveryReport`] of one sent record: a handle on its
+/// batch's outcome and its index in the batch. Dropping it does not affect
+/// the record's delivery.
 pub struct DeliveryFuture {
-    rx: oneshot::Receiver<Result<DeliveryReport>>,
+    batch: Arc<Completion>,
+    index: u32,
+    timestamp: i64,
+}
+
+impl std::fmt::Debug for DeliveryFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveryFuture")
+            .field("topic", &self.batch.topic)
+            .field("partition", &self.batch.partition)
+            .field("index", &self.index)
+            .field("done", &self.batch.is_complete())
+            .finish()
+    }
+}
+
+impl DeliveryFuture {
+    fn report(&self, r: &Result<(i64, i64)>) -> Result<DeliveryReport> {
+        match r {
+            Ok((base_offset, log_append_time)) => Ok(DeliveryReport {
+                topic: self.batch.topic.clone(),
+                partition: self.batch.partition,
+                offset: if *base_offset >= 0 {
+                    base_offset + i64::from(self.index)
+                } else {
+                    -1
+                },
+                timestamp: if *log_append_time >= 0 {
+                    *log_append_time
+                } else {
+                    self.timestamp
+                },
+            }),
+            Err(e) => Err(e.clone()),
+        }
+    }
 }
 
 impl Future for DeliveryFuture {
     type Output = Result<DeliveryReport>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(Error::ProducerClosed)))
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(r) = self.batch.result.get() {
+            return Poll::Ready(self.report(r));
+        }
+        {
+            let mut wakers = self.batch.wakers.lock().expect("waker lock");
+            // Checked again under the lock: `complete` takes the wakers after setting.
+            if self.batch.result.get().is_none() {
+                if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    wakers.push(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+        }
+        let r = self.batch.result.get().expect("checked");
+        Poll::Ready(self.report(r))
     }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct TopicPartition {
-    topic: Arc<str>,
-    partition: i32,
+pub(crate) struct TopicPartition {
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
 }
 
-struct PendingRecord {
-    timestamp: i64,
-    key: Option<Bytes>,
-    value: Option<Bytes>,
-    headers: Vec<(String, Option<Bytes>)>,
-    permits: u32,
-    reply: oneshot::Sender<Result<DeliveryReport>>,
+pub(crate) struct PendingRecord {
+    pub(crate) timestamp: i64,
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    pub(crate) headers: Vec<(String, Option<Bytes>)>,
 }
 
-struct OpenBatch {
-    records: Vec<PendingRecord>,
-    bytes: usize,
-    created: Instant,
+/// What one buffered record costs against `buffer_memory`: its payload and
+/// headers plus the bookkeeping the producer keeps for it.
+fn record_cost(record: &ProducerRecord) -> usize {
+    record.size_estimate()
+        + std::mem::size_of::<PendingRecord>()
+        + record.headers.len() * std::mem::size_of::<(String, Option<Bytes>)>()
 }
+
+/// A batch still taking records.
+pub(crate) struct OpenBatch {
+    pub(crate) records: Vec<PendingRecord>,
+    /// Encoded-size estimate (for `batch_size`).
+    pub(crate) bytes: usize,
+    /// Buffer-memory permits held.
+    pub(crate) permits: usize,
+    pub(crate) created: Instant,
+    /// Position in the partition's batch order.
+    pub(crate) order: u64,
+    pub(crate) completion: CompletionGuard,
+}
+
+/// The payload of a sealed batch: records until its first send, then the
+/// encoded bytes every attempt re-sends.
+pub(crate) enum Body {
+    Records(Vec<PendingRecord>, usize),
+    Encoded(Bytes),
+}
+
+/// A sealed batch, queued, in flight or awaiting a retry.
+pub(crate) struct Batch {
+    pub(crate) body: Body,
+    pub(crate) count: i32,
+    pub(crate) permits: usize,
+    pub(crate) created: Instant,
+    /// Valid once encoded (idempotent producers).
+    pub(crate) base_sequence: i32,
+    /// Whether an earlier attempt may have been written.
+    pub(crate) maybe_written: bool,
+    /// Position in the partition's batch order (sealing order).
+    pub(crate) order: u64,
+    pub(crate) completion: CompletionGuard,
+}
+
+impl From<OpenBatch> for Batch {
+    fn from(b: OpenBatch) -> Batch {
+        Batch {
+            count: b.records.len() as i32,
+            body: Body::Records(b.records, b.bytes),
+            permits: b.permits,
+            created: b.created,
+            base_sequence: -1,
+            maybe_written: false,
+            order: b.order,
+            completion: b.completion,
+        }
+    }
+}
+
+/// One partition's accumulator and pipeline: batches leave in sequence
+/// order; up to `max_in_flight` of them may be on the wire; after any
+/// failure nothing new is sent until every in-flight batch has returned
+/// (`draining`), then the queue (retries first, in sequence order) goes out
+/// again.
+pub(crate) struct PartitionQueue {
+    pub(crate) tp: TopicPartition,
+    pub(crate) open: Option<OpenBatch>,
+    pub(crate) queue: VecDeque<Batch>,
+    /// `order` of the batches in flight, in send order.
+    pub(crate) in_flight: VecDeque<u64>,
+    /// The `order` the next batch takes.
+    pub(crate) next_order: u64,
+    /// The sequence the next batch to be encoded takes.
+    pub(crate) next_sequence: i32,
+    /// The sequence after the last batch known written.
+    pub(crate) confirmed_next: i32,
+    /// Whether a batch was acknowledged under the current identity (until
+    /// then one batch at a time: see the sender).
+    pub(crate) acked: bool,
+    /// A batch failed: send nothing until the in-flight ones have returned.
+    pub(crate) draining: bool,
+    /// A refused batch gave its sequence numbers back: queued batches must
+    /// be renumbered from `confirmed_next` before they go out again.
+    pub(crate) resequence: bool,
+    pub(crate) retry_at: Option<Instant>,
+    pub(crate) backoff: Option<super::backoff::Backoff>,
+}
+
+impl PartitionQueue {
+    fn new(tp: TopicPartition) -> Self {
+        PartitionQueue {
+            tp,
+            open: None,
+            queue: VecDeque::new(),
+            in_flight: VecDeque::new(),
+            next_order: 0,
+            next_sequence: 0,
+            confirmed_next: 0,
+            acked: false,
+            draining: false,
+            resequence: false,
+            retry_at: None,
+            backoff: None,
+        }
+    }
+}
+
+/// A topic as the send path sees it: its partitions' queues (indexes into
+/// `State::partitions`) and the sticky partition for unkeyed records.
+pub(crate) struct TopicEntry {
+    pub(crate) name: Arc<str>,
+    pub(crate) queues: Vec<usize>,
+    pub(crate) sticky: Option<i32>,
+}
+
+/// FxHash (rustc's): topic names are few and trusted, so a fast non-keyed
+/// hash is enough for the per-record topic lookup.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(i)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(i)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
 
 #[derive(Default)]
-struct PartitionQueue {
-    open: Option<OpenBatch>,
-    sealed: VecDeque<OpenBatch>,
-    in_flight: bool,
-    next_sequence: i32,
-}
-
-#[derive(Default)]
-struct State {
-    partitions: HashMap<TopicPartition, PartitionQueue>,
-    /// The partition unkeyed records of a topic currently go to.
-    sticky: HashMap<Arc<str>, i32>,
-    /// Interned topic names.
-    topics: HashMap<String, Arc<str>>,
-    rng: u64,
+pub(crate) struct State {
+    pub(crate) topics: HashMap<Arc<str>, usize, FxBuild>,
+    pub(crate) topic_list: Vec<TopicEntry>,
+    /// The topic of the previous record (most callers write one topic).
+    pub(crate) last_topic: Option<usize>,
+    pub(crate) partitions: Vec<PartitionQueue>,
+    /// Produce requests in flight per broker node.
+    pub(crate) broker_in_flight: HashMap<i32, usize, FxBuild>,
+    pub(crate) rng: u64,
 }
 
 impl State {
@@ -270,6 +510,48 @@ impl State {
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn find_topic(&mut self, name: &str) -> Option<usize> {
+        if let Some(i) = self.last_topic {
+            if &*self.topic_list[i].name == name {
+                return Some(i);
+            }
+        }
+        let i = *self.topics.get(name)?;
+        self.last_topic = Some(i);
+        Some(i)
+    }
+
+    fn add_topic(&mut self, name: &str, partitions: usize) -> usize {
+        if let Some(i) = self.find_topic(name) {
+            return i;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let i = self.topic_list.len();
+        self.topic_list.push(TopicEntry {
+            name: name.clone(),
+            queues: vec![usize::MAX; partitions],
+            sticky: None,
+        });
+        self.topics.insert(name, i);
+        self.last_topic = Some(i);
+        i
+    }
+
+    /// The queue of partition `p` of topic `t`, created on first use.
+    fn queue_index(&mut self, t: usize, p: i32) -> usize {
+        let entry = &mut self.topic_list[t];
+        let slot = &mut entry.queues[p as usize];
+        if *slot == usize::MAX {
+            *slot = self.partitions.len();
+            let tp = TopicPartition {
+                topic: entry.name.clone(),
+                partition: p,
+            };
+            self.partitions.push(PartitionQueue::new(tp));
+        }
+        *slot
     }
 }
 
@@ -297,30 +579,31 @@ pub(crate) trait PartitionRegistrar: Send + Sync {
     ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
 }
 
-struct Shared {
-    cluster: Cluster,
-    config: ProducerConfig,
+pub(crate) struct Shared {
+    pub(crate) cluster: Cluster,
+    pub(crate) config: ProducerConfig,
     /// Changes only between transactions (epoch bumps of KIP-890), while
     /// nothing is in flight.
-    identity: Mutex<Option<ProducerIdentity>>,
-    txn: Option<TransactionalSend>,
+    pub(crate) identity: Mutex<Option<ProducerIdentity>>,
+    pub(crate) txn: Option<TransactionalSend>,
     /// The first failed delivery since [`Producer::take_failure`] (kept
     /// only for a transactional producer: a transaction with a failed
     /// batch must abort).
-    first_failure: Mutex<Option<Error>>,
-    state: Mutex<State>,
+    pub(crate) first_failure: Mutex<Option<Error>>,
+    pub(crate) state: Mutex<State>,
     /// Wakes the sender task.
-    wake: Notify,
+    pub(crate) wake: Notify,
     /// Signalled whenever `outstanding` drops to zero.
-    idle: Notify,
-    /// Records sent but not yet completed.
-    outstanding: AtomicUsize,
-    flushing: AtomicUsize,
-    closed: AtomicBool,
-    fatal: OnceLock<Error>,
-    memory: Semaphore,
-    /// One permit per Produce request on the wire (`max_in_flight`).
-    requests: Semaphore,
+    pub(crate) idle: Notify,
+    /// Batches (open, queued or in flight) not yet completed.
+    pub(crate) outstanding: AtomicUsize,
+    pub(crate) flushing: AtomicUsize,
+    pub(crate) closed: AtomicBool,
+    pub(crate) fatal: OnceLock<Error>,
+    /// `buffer_memory`, in bytes of [`record_cost`].
+    pub(crate) memory: Semaphore,
+    /// Permits currently taken from `memory` (for tests and metrics).
+    pub(crate) memory_used: AtomicUsize,
 }
 
 /// A Kafka producer. `send` takes `&self`; share it with an `Arc`. Dropping
@@ -339,9 +622,28 @@ impl std::fmt::Debug for Producer {
     }
 }
 
+fn check_config(config: &ProducerConfig) -> Result<()> {
+    if config.batch_size == 0 {
+        return Err(Error::Config {
+            option: "batch.size",
+            message: "must be positive".into(),
+        });
+    }
+    if config.buffer_memory == 0 {
+        return Err(Error::Config {
+            option: "buffer.memory",
+            message: "must be positive".into(),
+        });
+    }
+    check_max_in_flight(config.max_in_flight, config.idempotent)
+}
+
 impl Producer {
     /// A producer on `cluster`. An idempotent one first obtains its
     /// producer id (InitProducerId).
+    ///
+    /// Not cancel safe in the sense that a dropped call may have taken a
+    /// producer id that is then never used (harmless: the broker expires it).
     pub async fn new(cluster: Cluster, config: ProducerConfig) -> Result<Producer> {
         if config.idempotent && config.acks != Acks::All {
             return Err(Error::Config {
@@ -349,13 +651,7 @@ impl Producer {
                 message: "the idempotent producer needs acks=all (or disable idempotence)".into(),
             });
         }
-        if config.batch_size == 0 || config.buffer_memory == 0 {
-            return Err(Error::Config {
-                option: "batch.size",
-                message: "batch.size and buffer.memory must be positive".into(),
-            });
-        }
-        check_max_in_flight(config.max_in_flight)?;
+        check_config(&config)?;
         let identity = if config.idempotent {
             Some(init_producer_id(&cluster).await?)
         } else {
@@ -385,13 +681,7 @@ impl Producer {
                 message: "a transactional producer needs acks=all and enable.idempotence=true".into(),
             });
         }
-        check_max_in_flight(config.max_in_flight)?;
-        if config.batch_size == 0 || config.buffer_memory == 0 {
-            return Err(Error::Config {
-                option: "batch.size",
-                message: "batch.size and buffer.memory must be positive".into(),
-            });
-        }
+        check_config(&config)?;
         Ok(Self::start(cluster, config, Some(identity), Some(txn)))
     }
 
@@ -420,10 +710,10 @@ impl Producer {
             closed: AtomicBool::new(false),
             fatal: OnceLock::new(),
             memory: Semaphore::new(permits),
-            requests: Semaphore::new(config.max_in_flight),
+            memory_used: AtomicUsize::new(0),
             config,
         });
-        tokio::spawn(sender(shared.clone()));
+        tokio::spawn(super::sender::run(shared.clone()));
         Producer { shared }
     }
 
@@ -432,13 +722,21 @@ impl Producer {
         *self.shared.identity.lock().expect("identity lock")
     }
 
+    /// Bytes of `buffer_memory` currently taken by buffered and in-flight
+    /// records (see [`ProducerConfig::buffer_memory`] for what a record costs).
+    pub fn buffered_bytes(&self) -> usize {
+        self.shared.memory_used.load(Ordering::Acquire)
+    }
+
     /// Switches to a new producer id/epoch (an epoch bump between
     /// transactions): every partition's sequence starts again at 0. The
     /// caller makes sure nothing is buffered or in flight.
     pub(crate) fn set_identity(&self, identity: ProducerIdentity) {
         let mut state = self.shared.state.lock().expect("producer state lock");
-        for q in state.partitions.values_mut() {
+        for q in state.partitions.iter_mut() {
             q.next_sequence = 0;
+            q.confirmed_next = 0;
+            q.acked = false;
         }
         *self.shared.identity.lock().expect("identity lock") = Some(identity);
     }
@@ -465,6 +763,13 @@ impl Producer {
     /// Queues `record`. Waits for metadata the first time a topic is seen,
     /// and for buffer space when `buffer_memory` is used up; the returned
     /// future resolves once the record is acknowledged (or failed).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe. The record is queued only when the call
+    /// returns `Ok`; if the future is dropped before (while it waits for
+    /// metadata or buffer space), nothing was queued and the buffer space it
+    /// held is given back.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let shared = &self.shared;
         if let Some(e) = shared.fatal.get() {
@@ -482,69 +787,63 @@ impl Producer {
                 option: "max.request.size",
             });
         }
-        let partitions = match shared.cluster.metadata().topics.get(&record.topic) {
-            Some(t) => t.partitions.len(),
-            None => shared.cluster.partition_count(&record.topic).await?,
+        let cost = record_cost(&record).min(shared.memory_limit());
+        // Held as a guard until the record is queued: a dropped send gives it back.
+        let permit = match shared.memory.try_acquire_many(cost as u32) {
+            Ok(p) => p,
+            Err(_) => shared
+                .memory
+                .acquire_many(cost as u32)
+                .await
+                .map_err(|_| Error::ProducerClosed)?,
         };
-        if let Some(p) = record.partition {
-            if p < 0 || p as usize >= partitions {
-                return Err(Error::UnknownPartition {
-                    topic: record.topic,
-                    partition: p,
-                    partitions,
-                });
-            }
-        }
-        let permits = size.min(shared.memory_limit()) as u32;
-        shared
-            .memory
-            .acquire_many(permits)
-            .await
-            .map_err(|_| Error::ProducerClosed)?
-            .forget();
-        let (tx, rx) = oneshot::channel();
         let timestamp = record.timestamp.unwrap_or_else(super::now_ms);
-        let unkeyed = record.key.is_none() && record.partition.is_none();
+        let found = shared
+            .state
+            .lock()
+            .expect("producer state lock")
+            .find_topic(&record.topic);
+        let topic_index = match found {
+            Some(i) => i,
+            None => {
+                let n = shared.cluster.partition_count(&record.topic).await?;
+                shared
+                    .state
+                    .lock()
+                    .expect("producer state lock")
+                    .add_topic(&record.topic, n)
+            }
+        };
         let mut wake = false;
-        // Counted before the sender can see the record, so its completion
-        // never runs ahead of this increment.
-        shared.outstanding.fetch_add(1, Ordering::AcqRel);
-        {
+        let delivery = {
             let mut state = shared.state.lock().expect("producer state lock");
-            let topic = match state.topics.get(&record.topic) {
-                Some(t) => t.clone(),
-                None => {
-                    let t: Arc<str> = Arc::from(record.topic.as_str());
-                    state.topics.insert(record.topic.clone(), t.clone());
-                    t
-                }
-            };
+            let state = &mut *state;
+            let partitions = state.topic_list[topic_index].queues.len();
+            let unkeyed = record.key.is_none() && record.partition.is_none();
             let partition = match (record.partition, &record.key) {
-                (Some(p), _) => p,
+                (Some(p), _) => {
+                    if p < 0 || p as usize >= partitions {
+                        return Err(Error::UnknownPartition {
+                            topic: record.topic,
+                            partition: p,
+                            partitions,
+                        });
+                    }
+                    p
+                }
                 (None, Some(key)) => partition_for_key(key, partitions),
-                (None, None) => match state.sticky.get(&topic) {
-                    Some(p) if (*p as usize) < partitions => *p,
+                (None, None) => match state.topic_list[topic_index].sticky {
+                    Some(p) if (p as usize) < partitions => p,
                     _ => {
                         let p = (state.next_random() % partitions as u64) as i32;
-                        state.sticky.insert(topic.clone(), p);
+                        state.topic_list[topic_index].sticky = Some(p);
                         p
                     }
                 },
             };
-            let tp = TopicPartition {
-                topic: topic.clone(),
-                partition,
-            };
+            let qi = state.queue_index(topic_index, partition);
             let batch_size = shared.config.batch_size;
-            let queue = state.partitions.entry(tp).or_default();
-            let pending = PendingRecord {
-                timestamp,
-                key: record.key,
-                value: record.value,
-                headers: record.headers,
-                permits,
-                reply: tx,
-            };
+            let queue = &mut state.partitions[qi];
             // Seal the open batch first if this record would overflow it.
             if queue
                 .open
@@ -552,44 +851,79 @@ impl Producer {
                 .is_some_and(|b| b.bytes + size > batch_size && !b.records.is_empty())
             {
                 let full = queue.open.take().expect("checked");
-                queue.sealed.push_back(full);
+                queue.queue.push_back(full.into());
                 wake = true;
             }
-            let batch = queue.open.get_or_insert_with(|| {
-                wake = true;
-                OpenBatch {
-                    records: Vec::new(),
-                    bytes: 0,
-                    created: Instant::now(),
+            let batch = match &mut queue.open {
+                Some(b) => b,
+                None => {
+                    wake = true;
+                    shared.outstanding.fetch_add(1, Ordering::AcqRel);
+                    queue.next_order += 1;
+                    queue.open.insert(OpenBatch {
+                        order: queue.next_order,
+                        records: Vec::with_capacity(16),
+                        bytes: 0,
+                        permits: 0,
+                        created: Instant::now(),
+                        completion: CompletionGuard(Completion::new(queue.tp.topic.clone(), partition)),
+                    })
                 }
+            };
+            let delivery = DeliveryFuture {
+                batch: batch.completion.0.clone(),
+                index: batch.records.len() as u32,
+                timestamp,
+            };
+            batch.records.push(PendingRecord {
+                timestamp,
+                key: record.key,
+                value: record.value,
+                headers: record.headers,
             });
-            batch.records.push(pending);
             batch.bytes += size;
-            let mut sealed_full = false;
+            batch.permits += cost;
+            permit.forget();
+            shared.memory_used.fetch_add(cost, Ordering::AcqRel);
             if batch.bytes >= batch_size {
                 let full = queue.open.take().expect("just filled");
-                queue.sealed.push_back(full);
-                sealed_full = true;
+                queue.queue.push_back(full.into());
                 wake = true;
+                // A full batch moves unkeyed records on to another partition (KIP-480).
+                if unkeyed {
+                    state.topic_list[topic_index].sticky = None;
+                }
             }
-            // A full batch moves unkeyed records on to another partition (KIP-480).
-            if sealed_full && unkeyed {
-                state.sticky.remove(&topic);
-            }
-        }
+            delivery
+        };
         if wake {
             shared.wake.notify_one();
         }
-        Ok(DeliveryFuture { rx })
+        Ok(delivery)
     }
 
     /// Sends every buffered record now (ignoring `linger`) and waits until all
     /// records sent so far have completed, or `timeout` passes. Individual
     /// failures are reported through their [`DeliveryFuture`]s; a failed
     /// producer returns its error here too.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only waits. Dropping the future loses
+    /// no record and leaves nothing behind; the records keep being
+    /// delivered (with `linger` applying again) and a later `flush` waits
+    /// for them.
     pub async fn flush(&self, timeout: Duration) -> Result<()> {
         let shared = &self.shared;
+        /// Undoes the flushing mark however the wait ends.
+        struct Flushing<'a>(&'a Shared);
+        impl Drop for Flushing<'_> {
+            fn drop(&mut self) {
+                self.0.flushing.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
         shared.flushing.fetch_add(1, Ordering::AcqRel);
+        let _flushing = Flushing(shared);
         shared.wake.notify_one();
         let wait = async {
             loop {
@@ -603,11 +937,10 @@ impl Producer {
             }
         };
         let result = tokio::time::timeout(timeout, wait).await;
-        shared.flushing.fetch_sub(1, Ordering::AcqRel);
         if result.is_err() {
             return Err(Error::Timeout {
                 operation: format!(
-                    "flush ({} records outstanding)",
+                    "flush ({} batches outstanding)",
                     shared.outstanding.load(Ordering::Acquire)
                 ),
                 timeout,
@@ -620,6 +953,11 @@ impl Producer {
     }
 
     /// Flushes, then closes the producer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe as [`flush`](Producer::flush): a dropped close drops the
+    /// producer, whose background task still delivers what was buffered.
     pub async fn close(self, timeout: Duration) -> Result<()> {
         self.flush(timeout).await
     }
@@ -640,10 +978,22 @@ impl Shared {
             .min(Semaphore::MAX_PERMITS)
     }
 
-    /// Completes `count` records and wakes whoever waits.
-    fn complete(&self, count: usize, permits: usize) {
+    /// Completes one batch: its outcome, its buffer space, the flush count.
+    pub(crate) fn complete(&self, completion: &CompletionGuard, permits: usize, result: Result<(i64, i64)>) {
+        if let Err(e) = &result {
+            let c = &completion.0;
+            tracing::warn!(topic = %c.topic, partition = c.partition, error = %e, "batch failed");
+            if self.txn.is_some() {
+                let mut first = self.first_failure.lock().expect("failure lock");
+                if first.is_none() {
+                    *first = Some(e.clone());
+                }
+            }
+        }
+        completion.0.complete(result);
+        self.memory_used.fetch_sub(permits, Ordering::AcqRel);
         self.memory.add_permits(permits);
-        if self.outstanding.fetch_sub(count, Ordering::AcqRel) == count {
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.idle.notify_waiters();
         }
         self.wake.notify_one();
@@ -682,7 +1032,7 @@ async fn init_producer_id(cluster: &Cluster) -> Result<ProducerIdentity> {
 }
 
 /// Kafka's sequence arithmetic: wraps from `i32::MAX` to 0.
-fn increment_sequence(sequence: i32, by: i32) -> i32 {
+pub(crate) fn increment_sequence(sequence: i32, by: i32) -> i32 {
     if sequence > i32::MAX - by {
         by - (i32::MAX - sequence) - 1
     } else {
@@ -690,382 +1040,20 @@ fn increment_sequence(sequence: i32, by: i32) -> i32 {
     }
 }
 
-/// The background task: seals batches and starts one delivery per partition.
-async fn sender(shared: Arc<Shared>) {
-    loop {
-        let mut to_send = Vec::new();
-        let mut to_fail = Vec::new();
-        let mut next_deadline: Option<Instant> = None;
-        let closing = shared.closed.load(Ordering::Acquire);
-        let failed = shared.fatal.get().is_some();
-        {
-            let mut state = shared.state.lock().expect("producer state lock");
-            if failed {
-                // The sequence is broken: nothing queued may be sent.
-                for q in state.partitions.values_mut() {
-                    to_fail.extend(q.open.take());
-                    to_fail.extend(q.sealed.drain(..));
-                }
-            }
-            let now = Instant::now();
-            let flushing = closing || shared.flushing.load(Ordering::Acquire) > 0;
-            let linger = shared.config.linger;
-            let State { partitions, sticky, .. } = &mut *state;
-            for (tp, q) in partitions.iter_mut() {
-                if let Some(open) = &q.open {
-                    let due = open.created + linger;
-                    if flushing || due <= now {
-                        let batch = q.open.take().expect("checked");
-                        q.sealed.push_back(batch);
-                        if sticky.get(&tp.topic) == Some(&tp.partition) {
-                            sticky.remove(&tp.topic);
-                        }
-                    } else {
-                        next_deadline = Some(next_deadline.map_or(due, |d| d.min(due)));
-                    }
-                }
-                if !q.in_flight {
-                    if let Some(batch) = q.sealed.pop_front() {
-                        let count = batch.records.len() as i32;
-                        let base_sequence = q.next_sequence;
-                        q.next_sequence = increment_sequence(q.next_sequence, count);
-                        q.in_flight = true;
-                        to_send.push((tp.clone(), batch, base_sequence));
-                    }
-                }
-            }
-        }
-        if let Some(error) = shared.fatal.get() {
-            for batch in to_fail {
-                let count = batch.records.len();
-                let permits = batch.records.iter().map(|r| r.permits as usize).sum();
-                for r in batch.records {
-                    let _ = r.reply.send(Err(error.clone()));
-                }
-                shared.complete(count, permits);
-            }
-        }
-        for (tp, batch, base_sequence) in to_send {
-            tokio::spawn(deliver(shared.clone(), tp, batch, base_sequence));
-        }
-        if closing && shared.outstanding.load(Ordering::Acquire) == 0 {
-            break;
-        }
-        match next_deadline {
-            Some(d) => {
-                tokio::select! {
-                    _ = shared.wake.notified() => {}
-                    _ = tokio::time::sleep_until(d.into()) => {}
-                }
-            }
-            None => shared.wake.notified().await,
-        }
-    }
-    tracing::debug!("producer sender stopped");
-}
-
-/// `max_in_flight` must be 1..=1000.
-fn check_max_in_flight(n: usize) -> Result<()> {
-    if (1..=1000).contains(&n) {
+/// `max_in_flight` must be 1..=5 for an idempotent producer, else 1..=1000.
+fn check_max_in_flight(n: usize, idempotent: bool) -> Result<()> {
+    let max = if idempotent { 5 } else { 1000 };
+    if (1..=max).contains(&n) {
         Ok(())
     } else {
         Err(Error::Config {
-            option: "max.in.flight.requests",
-            message: format!("must be between 1 and 1000, got {n}"),
+            option: "max.in.flight.requests.per.connection",
+            message: format!(
+                "must be between 1 and {max}{}, got {n}",
+                if idempotent { " with enable.idempotence" } else { "" }
+            ),
         })
     }
-}
-
-/// How a batch's delivery ended, for the sequence bookkeeping.
-enum Outcome {
-    Delivered {
-        base_offset: i64,
-        log_append_time: i64,
-    },
-    /// The broker did not write it: its sequence numbers can be reused.
-    Refused(Error),
-    /// It may or may not be written: the sequence is broken.
-    Unknown(Error),
-}
-
-async fn deliver(shared: Arc<Shared>, tp: TopicPartition, batch: OpenBatch, base_sequence: i32) {
-    let count = batch.records.len();
-    let permits: usize = batch.records.iter().map(|r| r.permits as usize).sum();
-    let encoded = encode_batch(&shared, &batch, base_sequence);
-    // Payloads are in the encoded batch now; keep only what the reports need.
-    let replies: Vec<(i64, oneshot::Sender<Result<DeliveryReport>>)> =
-        batch.records.into_iter().map(|r| (r.timestamp, r.reply)).collect();
-    let registered = match shared.txn.as_ref().and_then(|t| t.registrar.as_ref()) {
-        Some(registrar) => registrar.ensure_added(&tp.topic, tp.partition).await,
-        None => Ok(()),
-    };
-    let outcome = match (encoded, registered) {
-        (Ok(bytes), Ok(())) => produce_with_retries(&shared, &tp, bytes).await,
-        (Err(e), _) | (_, Err(e)) => Outcome::Refused(e),
-    };
-    let result = {
-        let mut state = shared.state.lock().expect("producer state lock");
-        let q = state.partitions.get_mut(&tp).expect("queue exists while in flight");
-        q.in_flight = false;
-        match outcome {
-            Outcome::Delivered {
-                base_offset,
-                log_append_time,
-            } => Ok((base_offset, log_append_time)),
-            Outcome::Refused(e) => {
-                if shared.identity.lock().expect("identity lock").is_some() {
-                    // Nothing later holds a sequence yet (one batch in flight).
-                    q.next_sequence = base_sequence;
-                }
-                Err(e)
-            }
-            Outcome::Unknown(e) => {
-                if shared.identity.lock().expect("identity lock").is_some() {
-                    let fatal = Error::ProducerFailed { cause: Box::new(e) };
-                    if shared.fatal.set(fatal).is_ok() {
-                        tracing::error!(topic = %tp.topic, partition = tp.partition,
-                            error = %shared.fatal.get().expect("set"), "idempotent producer failed");
-                    }
-                    Err(shared.fatal.get().expect("set").clone())
-                } else {
-                    Err(e)
-                }
-            }
-        }
-    };
-    match result {
-        Ok((base_offset, log_append_time)) => {
-            for (i, (timestamp, reply)) in replies.into_iter().enumerate() {
-                let _ = reply.send(Ok(DeliveryReport {
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                    offset: if base_offset >= 0 { base_offset + i as i64 } else { -1 },
-                    timestamp: if log_append_time >= 0 {
-                        log_append_time
-                    } else {
-                        timestamp
-                    },
-                }));
-            }
-        }
-        Err(e) => {
-            tracing::warn!(topic = %tp.topic, partition = tp.partition, records = count, error = %e, "batch failed");
-            if shared.txn.is_some() {
-                let mut first = shared.first_failure.lock().expect("failure lock");
-                if first.is_none() {
-                    *first = Some(e.clone());
-                }
-            }
-            for (_, reply) in replies {
-                let _ = reply.send(Err(e.clone()));
-            }
-        }
-    }
-    shared.complete(count, permits);
-}
-
-fn encode_batch(shared: &Shared, batch: &OpenBatch, base_sequence: i32) -> Result<Bytes> {
-    let headers: Vec<Vec<HeaderOut<'_>>> = batch
-        .records
-        .iter()
-        .map(|r| {
-            r.headers
-                .iter()
-                .map(|(k, v)| HeaderOut {
-                    key: k,
-                    value: v.as_deref(),
-                })
-                .collect()
-        })
-        .collect();
-    let records: Vec<RecordOut<'_>> = batch
-        .records
-        .iter()
-        .zip(&headers)
-        .map(|(r, h)| RecordOut {
-            timestamp: r.timestamp,
-            key: r.key.as_deref(),
-            value: r.value.as_deref(),
-            headers: h,
-        })
-        .collect();
-    let mut meta = BatchMeta {
-        compression: shared.config.compression,
-        ..BatchMeta::default()
-    };
-    if let Some(id) = *shared.identity.lock().expect("identity lock") {
-        meta.producer_id = id.producer_id;
-        meta.producer_epoch = id.producer_epoch;
-        meta.base_sequence = base_sequence;
-    }
-    meta.transactional = shared.txn.is_some();
-    let mut out = BytesMut::with_capacity(batch.bytes + 128);
-    RecordBatchEncoder::new()
-        .encode(&mut out, &meta, &records)
-        .map_err(|e| Error::Protocol {
-            broker: crate::error::BrokerRef::addr("(none: encoding a record batch)"),
-            api: "Produce",
-            source: Arc::new(e),
-        })?;
-    Ok(out.freeze())
-}
-
-/// Produces one encoded batch until it is acknowledged, refused, or the
-/// delivery timeout runs out. Every attempt sends the same bytes.
-async fn produce_with_retries(shared: &Shared, tp: &TopicPartition, batch: Bytes) -> Outcome {
-    let started = Instant::now();
-    let deadline = started + shared.config.delivery_timeout;
-    let mut backoff = shared.cluster.backoff();
-    // Whether an earlier attempt may have been written.
-    let mut ambiguous = false;
-    loop {
-        let permit = match tokio::time::timeout_at(deadline.into(), shared.requests.acquire()).await {
-            Ok(permit) => permit.expect("the request semaphore is never closed"),
-            Err(_) => {
-                let e = Error::Timeout {
-                    operation: format!(
-                        "waiting for one of max_in_flight={} request slots for {}[{}]",
-                        shared.config.max_in_flight, tp.topic, tp.partition
-                    ),
-                    timeout: shared.config.delivery_timeout,
-                };
-                // Not sent this time; only an earlier attempt can have landed.
-                return if ambiguous {
-                    Outcome::Unknown(e)
-                } else {
-                    Outcome::Refused(e)
-                };
-            }
-        };
-        let attempt = produce_once(shared, tp, batch.clone());
-        let answer = tokio::time::timeout_at(deadline.into(), attempt).await;
-        drop(permit);
-        let err = match answer {
-            Ok(Ok((base_offset, log_append_time))) => {
-                return Outcome::Delivered {
-                    base_offset,
-                    log_append_time,
-                }
-            }
-            Ok(Err(e)) => e,
-            Err(_) => {
-                let e = Error::Timeout {
-                    operation: format!("delivering a batch to {}[{}]", tp.topic, tp.partition),
-                    timeout: shared.config.delivery_timeout,
-                };
-                return Outcome::Unknown(e);
-            }
-        };
-        let code = err.kafka_code();
-        if code == Some(KafkaCode::DUPLICATE_SEQUENCE_NUMBER) {
-            // An earlier attempt was written; the broker no longer knows its offset.
-            return Outcome::Delivered {
-                base_offset: -1,
-                log_append_time: -1,
-            };
-        }
-        if matches!(
-            code,
-            Some(
-                KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER
-                    | KafkaCode::UNKNOWN_PRODUCER_ID
-                    | KafkaCode::INVALID_PRODUCER_EPOCH
-            )
-        ) {
-            return Outcome::Unknown(err);
-        }
-        if err.is_connection_error() {
-            ambiguous = true;
-        }
-        if !err.is_retriable() {
-            return if ambiguous {
-                Outcome::Unknown(err)
-            } else {
-                Outcome::Refused(err)
-            };
-        }
-        if code.is_some_and(needs_metadata_refresh) {
-            if let Err(e) = shared.cluster.refresh_topics(&[&tp.topic]).await {
-                tracing::debug!(error = %e, "metadata refresh failed");
-            }
-        }
-        let delay = backoff.next_delay();
-        if Instant::now() + delay >= deadline {
-            return if ambiguous {
-                Outcome::Unknown(err)
-            } else {
-                Outcome::Refused(err)
-            };
-        }
-        tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %err, ?delay, "retrying produce");
-        tokio::time::sleep(delay).await;
-    }
-}
-
-/// One Produce request for one batch: `(base_offset, log_append_time)`.
-async fn produce_once(shared: &Shared, tp: &TopicPartition, batch: Bytes) -> Result<(i64, i64)> {
-    let (_, conn) = shared.cluster.leader(&tp.topic, tp.partition).await?;
-    let cap = shared
-        .txn
-        .as_ref()
-        .map_or(PRODUCE_MAX_VERSION, |t| t.produce_max_version);
-    let version = conn.version_for::<ProduceRequest>(Some(cap.min(PRODUCE_MAX_VERSION)))?;
-    let mut partition = PartitionProduceData::default();
-    partition.index = tp.partition;
-    partition.records = Some(batch);
-    let mut topic = TopicProduceData::default();
-    topic.name = TopicName(StrBytes::from_string(tp.topic.to_string()));
-    topic.partition_data = vec![partition];
-    let mut request = ProduceRequest::default();
-    request.transactional_id = shared
-        .txn
-        .as_ref()
-        .map(|t| TransactionalId(StrBytes::from_string(t.transactional_id.clone())));
-    request.acks = shared.config.acks.wire();
-    request.timeout_ms = shared.config.ack_timeout.as_millis().min(i32::MAX as u128) as i32;
-    request.topic_data = vec![topic];
-    if shared.config.acks == Acks::None {
-        conn.send_without_response(version, &request)?;
-        return Ok((-1, -1));
-    }
-    let response = conn.request_at(version, &request).await?;
-    let p = response
-        .responses
-        .iter()
-        .filter(|t| t.name.0.as_str() == &*tp.topic)
-        .flat_map(|t| t.partition_responses.iter())
-        .find(|p| p.index == tp.partition)
-        .ok_or_else(|| Error::Protocol {
-            broker: conn.broker().clone(),
-            api: "Produce",
-            source: Arc::new(clink_kafka_wire::Error::Invalid {
-                context: "Produce response",
-                message: format!("no answer for {}[{}]", tp.topic, tp.partition),
-            }),
-        })?;
-    if p.error_code != 0 {
-        let mut message = p.error_message.as_ref().map(|m| m.to_string());
-        if let Some(first) = p.record_errors.first() {
-            let detail = format!(
-                "record {}: {}",
-                first.batch_index,
-                first.batch_index_error_message.as_ref().map_or("", |m| m.as_str())
-            );
-            message = Some(match message {
-                Some(m) => format!("{m}; {detail}"),
-                None => detail,
-            });
-        }
-        return Err(Error::kafka(
-            "Produce",
-            conn.broker(),
-            Some(&tp.topic),
-            Some(tp.partition),
-            p.error_code,
-            message.as_deref(),
-        ));
-    }
-    Ok((p.base_offset, p.log_append_time_ms))
 }
 
 #[cfg(test)]

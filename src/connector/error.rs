@@ -106,6 +106,17 @@ pub enum ConnectorError {
     /// A JSON text the row bridge cannot use.
     #[error("JSON row: {message}")]
     Json { message: String },
+    /// `backend = 'rdkafka'` in a binary built without the `rdkafka` cargo
+    /// feature (or another backend-specific capability this build lacks).
+    #[error("option {option:?} = {value:?} needs the cargo feature `{feature}`, which this binary was built without (rebuild with `cargo build --features {feature}`)")]
+    MissingFeature {
+        option: String,
+        value: String,
+        feature: &'static str,
+    },
+    /// librdkafka (the `rdkafka` backend) failed.
+    #[error("librdkafka: {operation}: {message}")]
+    Rdkafka { operation: String, message: String },
     /// The native client failed.
     #[error(transparent)]
     Client(#[from] crate::error::Error),
@@ -134,6 +145,7 @@ impl ConnectorError {
             ConnectorError::MissingOption { option, .. } => Some(option),
             ConnectorError::InsecureConfig { option, .. } => Some(option),
             ConnectorError::UnsupportedProperty { property, .. } => Some(property),
+            ConnectorError::MissingFeature { option, .. } => Some(option),
             _ => None,
         }
     }

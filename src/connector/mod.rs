@@ -16,7 +16,8 @@
 //!
 //! Source and sinks are written once over the backend seam in [`backend`]
 //! (consumer, producer, transactional producer); the native client
-//! (`crate::client`) implements it, an rdkafka backend can later.
+//! (`crate::client`) implements it, and so does librdkafka in `rdkafka`
+//! (cargo feature `rdkafka`, chosen per operator with `backend = 'rdkafka'`).
 //!
 //! # Call order the engine guarantees
 //!
@@ -41,9 +42,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub mod backend;
 mod error;
 pub mod options;
+#[cfg(feature = "rdkafka")]
+pub mod rdkafka;
 pub mod record;
 pub mod registry;
 pub mod security;
+pub mod selected;
 pub mod sink;
 pub mod source;
 pub mod sql;

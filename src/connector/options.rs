@@ -35,7 +35,7 @@ pub enum FactoryKind {
     TwoPhaseCommitSink,
 }
 
-const COMMON: &[&str] = &["brokers", "topic", "client_id", "metric_prefix"];
+const COMMON: &[&str] = &["brokers", "topic", "client_id", "metric_prefix", "backend"];
 const SOURCE: &[&str] = &[
     "group_id",
     "auto_offset_reset",
@@ -135,6 +135,71 @@ impl FactoryKind {
     }
 }
 
+/// `backend`: which Kafka client the connector runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum Backend {
+    /// The pure-Rust client (`crate::client`), the default.
+    #[default]
+    Native,
+    /// librdkafka through the `rdkafka` crate (cargo feature `rdkafka`).
+    Rdkafka,
+}
+
+/// The values `backend` accepts, for errors.
+pub const BACKENDS_ALLOWED: &str = "one of native, rdkafka";
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Native => "native",
+            Backend::Rdkafka => "rdkafka",
+        }
+    }
+
+    /// Parses `value` given under `option` (case-insensitive).
+    pub fn parse(option: &str, value: &str) -> Result<Backend> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "native" => Ok(Backend::Native),
+            "rdkafka" => Ok(Backend::Rdkafka),
+            _ => Err(ConnectorError::invalid(option, value, BACKENDS_ALLOWED)),
+        }
+    }
+
+    /// Whether this binary can run the backend: `rdkafka` needs the cargo
+    /// feature of the same name. The error names the option and the feature.
+    pub fn check_available(self, option: &str, value: &str) -> Result<()> {
+        if self == Backend::Rdkafka && !cfg!(feature = "rdkafka") {
+            return Err(ConnectorError::MissingFeature {
+                option: option.to_owned(),
+                value: value.to_owned(),
+                feature: "rdkafka",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `kafka.<property>` settings the native table does not map, handed to
+/// librdkafka verbatim on the `rdkafka` backend (after the weakness
+/// checks). Keys are librdkafka property names (without `kafka.`). Debug
+/// hides the value of every secret-looking property.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Passthrough(pub BTreeMap<String, String>);
+
+impl std::fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in &self.0 {
+            if security::is_secret_option(k) {
+                m.entry(k, &"***");
+            } else {
+                m.entry(k, v);
+            }
+        }
+        m.finish()
+    }
+}
+
 /// Where a partition with no restored or committed offset starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AutoOffsetReset {
@@ -223,6 +288,10 @@ pub struct SourceOptions {
     pub consumer: ConsumerTuning,
     /// Bounded retries of the group committed-offset lookup.
     pub committed_lookup_attempts: u32,
+    /// `backend`.
+    pub backend: Backend,
+    /// `kafka.<property>` settings for librdkafka verbatim (rdkafka backend only).
+    pub rdkafka_properties: Passthrough,
 }
 
 impl SourceOptions {
@@ -247,6 +316,8 @@ impl SourceOptions {
             client: ClientTuning::default(),
             consumer: ConsumerTuning::default(),
             committed_lookup_attempts: 3,
+            backend: Backend::Native,
+            rdkafka_properties: Passthrough::default(),
         }
     }
 
@@ -308,6 +379,10 @@ pub struct SinkOptions {
     pub security: SecurityConfig,
     pub client: ClientTuning,
     pub producer: ProducerTuning,
+    /// `backend`.
+    pub backend: Backend,
+    /// `kafka.<property>` settings for librdkafka verbatim (rdkafka backend only).
+    pub rdkafka_properties: Passthrough,
 }
 
 impl SinkOptions {
@@ -327,6 +402,8 @@ impl SinkOptions {
             security: SecurityConfig::default(),
             client: ClientTuning::default(),
             producer: ProducerTuning::default(),
+            backend: Backend::Native,
+            rdkafka_properties: Passthrough::default(),
         }
     }
 
@@ -480,11 +557,40 @@ fn unsupported_reason(property: &str) -> String {
     }
 }
 
+/// On the rdkafka backend, the properties that still are not passed
+/// through: the source and sinks own these settings (or they contradict
+/// how the source works), whichever client runs underneath.
+fn refused_on_rdkafka(property: &str) -> Option<String> {
+    match property {
+        "enable.auto.offset.store"
+        | "auto.commit.interval.ms"
+        | "group.instance.id"
+        | "session.timeout.ms"
+        | "max.poll.interval.ms"
+        | "partition.assignment.strategy"
+        | "group.protocol"
+        | "group.remote.assignor" => Some(unsupported_reason(property)),
+        "enable.partition.eof" | "statistics.interval.ms" | "enable.auto.commit" => Some(
+            "the rdkafka backend sets this itself (partition EOF events, the statistics that carry the \
+             producer identity, no auto commit)"
+                .into(),
+        ),
+        p if p.starts_with("sasl.oauthbearer") || p == "sasl.kerberos.service.name" => {
+            Some("SASL mechanisms other than PLAIN and SCRAM are not supported on either backend".into())
+        }
+        _ => None,
+    }
+}
+
 /// The options as given, keyed by canonical name, with the key the user
 /// wrote (for errors).
 #[derive(Default)]
 struct Inputs {
     values: BTreeMap<&'static str, (String, String)>,
+    /// `backend` (parsed first: it decides what the passthrough accepts).
+    backend: Backend,
+    /// Unmapped `kafka.<property>` settings kept for librdkafka (rdkafka backend).
+    verbatim: BTreeMap<String, String>,
 }
 
 impl Inputs {
@@ -511,6 +617,9 @@ impl Inputs {
 fn collect(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<(Inputs, SecurityInputs)> {
     let allowed = kind.options();
     let mut inputs = Inputs::default();
+    if let Some(v) = params.get("backend") {
+        inputs.backend = Backend::parse("backend", v)?;
+    }
     let mut security = SecurityInputs::default();
     for (key, value) in params {
         if let Some(property) = key.strip_prefix("kafka.") {
@@ -536,6 +645,15 @@ fn collect(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<(Inpu
                         });
                     }
                     inputs.set(canonical, value, key)?;
+                }
+                None if inputs.backend == Backend::Rdkafka => {
+                    if let Some(reason) = refused_on_rdkafka(property) {
+                        return Err(ConnectorError::UnsupportedProperty {
+                            property: key.clone(),
+                            reason,
+                        });
+                    }
+                    inputs.verbatim.insert(property.to_owned(), value.clone());
                 }
                 None => {
                     return Err(ConnectorError::UnsupportedProperty {
@@ -862,6 +980,9 @@ pub fn parse_source(
     };
     o.client = client_tuning(&inputs)?;
     o.security = security.resolve()?;
+    o.rdkafka_properties = verbatim_checked(&inputs, &o.security)?;
+    o.backend = inputs.backend;
+    check_backend(&inputs)?;
     Ok(o)
 }
 
@@ -935,7 +1056,45 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
     o.client = client_tuning(inputs)?;
     o.security = security.resolve()?;
     o.producer_config()?;
+    o.rdkafka_properties = verbatim_checked(inputs, &o.security)?;
+    o.backend = inputs.backend;
+    check_backend(inputs)?;
     Ok(o)
+}
+
+/// The verbatim properties, after the same weakness checks the aliases get:
+/// a TLS setting (`ssl.*`) needs a TLS protocol, a SASL setting (`sasl.*`)
+/// a SASL one, or it would be configured and silently never used.
+fn verbatim_checked(inputs: &Inputs, security: &SecurityConfig) -> Result<Passthrough> {
+    for property in inputs.verbatim.keys() {
+        let key = format!("kafka.{property}");
+        if property.starts_with("ssl.") && !security.protocol.uses_tls() {
+            return Err(ConnectorError::InsecureConfig {
+                option: key,
+                message: "is set but the transport is not TLS: it would never be used; set security_protocol to \
+                          'ssl' or 'sasl_ssl'"
+                    .into(),
+            });
+        }
+        if property.starts_with("sasl.") && !security.protocol.uses_sasl() {
+            return Err(ConnectorError::InsecureConfig {
+                option: key,
+                message: "is set but the security protocol does not use SASL: it would never be presented; set \
+                          security_protocol to 'sasl_plaintext' or 'sasl_ssl'"
+                    .into(),
+            });
+        }
+    }
+    Ok(Passthrough(inputs.verbatim.clone()))
+}
+
+/// Last of all the checks (so a weak configuration is refused as such in
+/// every build): `backend = rdkafka` needs the cargo feature.
+fn check_backend(inputs: &Inputs) -> Result<()> {
+    match inputs.get("backend") {
+        Some((v, k)) => inputs.backend.check_available(k, v),
+        None => Ok(()),
+    }
 }
 
 /// Parses the upsert sink's parameters.

@@ -3,16 +3,18 @@
 //!
 //! | name | builds |
 //! |---|---|
-//! | `kafka_message_source` | [`KafkaSource`] of [`KafkaMessage`] |
+//! | `kafka_message_source` | [`KafkaSource`](super::KafkaSource) of [`KafkaMessage`] |
 //! | `kafka_text_source`, `kafka_source_string` | [`TextKafkaSource`] (one builder) |
-//! | `kafka_message_sink` | [`KafkaSink`] of [`KafkaMessage`] |
+//! | `kafka_message_sink` | [`KafkaSink`](super::KafkaSink) of [`KafkaMessage`] |
 //! | `kafka_text_sink`, `kafka_sink_string` | [`TextKafkaSink`] (one builder) |
-//! | `kafka_upsert_sink_string` | [`UpsertSink`] |
-//! | `kafka_2pc_sink_string` | [`TwoPhaseCommitSink`] (transactional id per subtask) |
+//! | `kafka_upsert_sink_string` | [`UpsertSink`](super::UpsertSink) |
+//! | `kafka_2pc_sink_string` | [`TwoPhaseCommitSink`](super::TwoPhaseCommitSink) (transactional id per subtask) |
 //!
 //! Builders parse and validate every option (and refuse insecure or
 //! unsupported configurations) without touching the network: I/O starts at
-//! `open`.
+//! `open`. Every factory takes `backend = native | rdkafka`
+//! ([`super::selected`]); `rdkafka` in a binary built without the cargo
+//! feature is a build error naming the feature.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,10 +24,9 @@ use super::error::{closest, ConnectorError, Result};
 use super::options::{self, FactoryKind};
 use super::record::{KafkaMessage, Text};
 use super::security::is_secret_option;
-use super::sink::{KafkaSink, TextKafkaSink};
-use super::source::{KafkaSource, TextKafkaSource};
-use super::twopc::TwoPhaseCommitSink;
-use super::upsert::UpsertSink;
+use super::selected;
+use super::sink::TextKafkaSink;
+use super::source::TextKafkaSource;
 use super::{Sink, Source};
 
 /// What a builder reads: string parameters plus where the operator sits.
@@ -229,6 +230,9 @@ impl Registry {
     }
 }
 
+// Each builder parses the options (which refuses `backend = 'rdkafka'`
+// without the cargo feature), then builds on the selected backend.
+
 fn build_message_source(ctx: &BuildContext) -> Result<Operator> {
     let o = options::parse_source(
         FactoryKind::MessageSource,
@@ -236,7 +240,7 @@ fn build_message_source(ctx: &BuildContext) -> Result<Operator> {
         ctx.subtask_index(),
         ctx.parallelism(),
     )?;
-    Ok(Operator::MessageSource(Box::new(KafkaSource::new(o)?)))
+    Ok(Operator::MessageSource(Box::new(selected::kafka_source(o)?)))
 }
 
 fn build_text_source(ctx: &BuildContext) -> Result<Operator> {
@@ -246,29 +250,31 @@ fn build_text_source(ctx: &BuildContext) -> Result<Operator> {
         ctx.subtask_index(),
         ctx.parallelism(),
     )?;
-    Ok(Operator::TextSource(Box::new(TextKafkaSource::new(KafkaSource::new(
-        o,
-    )?))))
+    Ok(Operator::TextSource(Box::new(TextKafkaSource::new(
+        selected::kafka_source(o)?,
+    ))))
 }
 
 fn build_message_sink(ctx: &BuildContext) -> Result<Operator> {
     let o = options::parse_sink(FactoryKind::MessageSink, ctx.params())?;
-    Ok(Operator::MessageSink(Box::new(KafkaSink::new(o)?)))
+    Ok(Operator::MessageSink(Box::new(selected::kafka_sink(o)?)))
 }
 
 fn build_text_sink(ctx: &BuildContext) -> Result<Operator> {
     let o = options::parse_sink(FactoryKind::TextSink, ctx.params())?;
-    Ok(Operator::TextSink(Box::new(TextKafkaSink::new(KafkaSink::new(o)?))))
+    Ok(Operator::TextSink(Box::new(TextKafkaSink::new(selected::kafka_sink(
+        o,
+    )?))))
 }
 
 fn build_upsert_sink(ctx: &BuildContext) -> Result<Operator> {
     let o = options::parse_upsert(ctx.params())?;
-    Ok(Operator::TextSink(Box::new(UpsertSink::new(o)?)))
+    Ok(Operator::TextSink(Box::new(selected::upsert_sink(o)?)))
 }
 
 fn build_two_phase_commit_sink(ctx: &BuildContext) -> Result<Operator> {
     let o = options::parse_two_phase_commit(ctx.params(), ctx.subtask_index(), ctx.parallelism())?;
-    Ok(Operator::TextSink(Box::new(TwoPhaseCommitSink::new(o)?)))
+    Ok(Operator::TextSink(Box::new(selected::two_phase_commit_sink(o)?)))
 }
 
 /// The names [`install`] registers.

@@ -9,6 +9,9 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{self as m, ApiKey};
 
+mod produce;
+pub use produce::produce;
+
 use crate::codec::{DecodeResponse, Reader};
 use crate::compression::Compression;
 use crate::frame::{FrameDecoder, ResponseFrame};
@@ -207,6 +210,7 @@ mod corpus_replay {
         "decompress_zstd",
         "scram",
         "fetch",
+        "produce",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -223,6 +227,7 @@ mod corpus_replay {
             "fetch" => {
                 crate::fetcher::fuzzing::fetch(data);
             }
+            "produce" => produce(data),
             other => panic!("unknown target {other}"),
         }
     }
@@ -432,6 +437,33 @@ mod corpus_replay {
         write("scram", "error", b"e=invalid-proof");
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
+        }
+        for v in [3i16, 8, 9, 12] {
+            // Sent: topic[0] (3 records), a[1], b[2]; answered: topic[0] ok,
+            // a[1] NOT_LEADER, b[2] twice, c[0] unexpected.
+            let mut data = vec![(v - 3) as u8, 3, 0, 2, 4, 0, 8, 1];
+            let mut r = m::ProduceResponse::default();
+            for (name, index, code, base) in [
+                ("topic", 0, 0i16, 10i64),
+                ("a", 1, 6, -1),
+                ("b", 2, 0, 4),
+                ("b", 2, 0, 5),
+                ("c", 0, 0, 1),
+            ] {
+                let mut t = m::produce_response::TopicProduceResponse::default();
+                t.name = StrBytes::from_static_str(name).into();
+                let mut p = m::produce_response::PartitionProduceResponse::default();
+                p.index = index;
+                p.error_code = code;
+                p.base_offset = base;
+                p.log_append_time_ms = -1;
+                t.partition_responses.push(p);
+                r.responses.push(t);
+            }
+            let mut b = BytesMut::new();
+            r.encode(&mut b, v).unwrap();
+            data.extend_from_slice(&b);
+            write("produce", &format!("v{v}"), &data);
         }
     }
 

@@ -10,6 +10,7 @@
 //! - [`messages`]: bounded response decoders into `kafka-protocol`'s types.
 //! - [`record`]: record batch v2, zero-copy over [`bytes::Bytes`].
 //! - [`compression`]: gzip, snappy (xerial), lz4 (frame) and zstd, pure Rust.
+//! - [`produce_state`]: a Produce answer checked against what was sent.
 //! - [`sasl`]: PLAIN and SCRAM-SHA-256/512 state machines.
 //! - [`error_code`]: Kafka's error-code table.
 //! - [`fetcher`]: the consumer's fetch state machine (sessions, bounded polls).
@@ -22,6 +23,7 @@ pub mod error_code;
 pub mod fetcher;
 pub mod frame;
 pub mod messages;
+pub mod produce_state;
 pub mod protocol;
 pub mod record;
 pub mod sasl;

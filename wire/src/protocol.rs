@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use kafka_protocol::messages::{self as m, ApiKey, ApiVersionsResponse};
 use kafka_protocol::protocol::{Encodable, VersionRange};
 
-use crate::codec::DecodeResponse;
+use bytes::Bytes;
+
+use crate::codec::{DecodeResponse, Reader};
 use crate::error::{Error, Result};
 
 /// A request this crate can send.
@@ -157,6 +159,77 @@ impl BrokerVersions {
     }
 }
 
+/// The ApiVersions version to retry at after a broker answered ours
+/// (`attempted`) with UNSUPPORTED_VERSION, from that answer's body (KIP-511,
+/// as the Java client does it).
+///
+/// Such an answer lists at least the broker's ApiVersions range. Kafka writes
+/// it as a v0 body whatever version was asked; the body is read in the shapes
+/// a broker sends, each of which must use every byte:
+///
+/// * v0 (Kafka): `error_code`, an `i32`-counted array of
+///   `(api_key, min, max)`;
+/// * the attempted version's own shape (a broker that answers in kind);
+/// * librdkafka's mock cluster (2.12): `error_code`, a one-byte *raw* count,
+///   untagged entries, `throttle_time_ms` — neither v0 nor flexible.
+///
+/// The retry is at the highest version both sides speak below `attempted`:
+/// `min(listed max, attempted - 1, our max)`. An answer that lists no
+/// ApiVersions range, or that cannot be read, gives v0, which every broker
+/// answers. Returns `None` when `attempted` is already v0 (or the broker's
+/// range lies entirely above what we can retry at): nothing lower to try.
+pub fn api_versions_retry_version(error_body: &Bytes, attempted: i16) -> Option<i16> {
+    if attempted <= m::ApiVersionsRequest::VERSIONS.min {
+        return None;
+    }
+    let ceiling = (attempted - 1).min(m::ApiVersionsRequest::VERSIONS.max);
+    let listed = [0, attempted]
+        .into_iter()
+        .find_map(|version| {
+            let mut r = Reader::new(error_body);
+            let resp = ApiVersionsResponse::decode_response(&mut r, version).ok()?;
+            r.finish("ApiVersionsResponse").ok()?;
+            Some(resp.api_keys)
+        })
+        .map(|keys| {
+            keys.into_iter()
+                .map(|k| (k.api_key, k.min_version, k.max_version))
+                .collect::<Vec<_>>()
+        })
+        .or_else(|| librdkafka_mock_api_versions(error_body));
+    let Some(listed) = listed else {
+        return Some(0);
+    };
+    match listed.iter().find(|(key, _, _)| *key == ApiKey::ApiVersions as i16) {
+        None => Some(0),
+        Some(&(_, min, max)) => {
+            let version = max.min(ceiling);
+            if version < min.max(m::ApiVersionsRequest::VERSIONS.min) {
+                None
+            } else {
+                Some(version)
+            }
+        }
+    }
+}
+
+/// librdkafka 2.12's mock cluster answers an unsupported flexible
+/// ApiVersions request with a one-byte raw element count (not the compact
+/// `n + 1`), 6-byte untagged entries and a throttle time. Exact length only.
+fn librdkafka_mock_api_versions(body: &Bytes) -> Option<Vec<(i16, i16, i16)>> {
+    let mut r = Reader::new(body);
+    r.i16("error_code").ok()?;
+    let count = usize::try_from(r.i8("count").ok()?).ok()?;
+    if r.remaining() != count * 6 + 4 {
+        return None;
+    }
+    let entries = (0..count)
+        .map(|_| Some((r.i16("api_key").ok()?, r.i16("min").ok()?, r.i16("max").ok()?)))
+        .collect::<Option<Vec<_>>>()?;
+    r.i32("throttle_time_ms").ok()?;
+    Some(entries)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +267,93 @@ mod tests {
         assert!(text.contains("Fetch") && text.contains("v19..=v20"), "{text}");
         let err = b.version_for::<m::EndTxnRequest>().unwrap_err();
         assert!(err.to_string().contains("EndTxn") && err.to_string().contains("does not support"));
+    }
+
+    /// An ApiVersions body: error code, then `(key, min, max)` entries in
+    /// the given shape.
+    fn api_versions_body(shape: &str, code: i16, apis: &[(i16, i16, i16)]) -> Bytes {
+        use bytes::BufMut;
+        let mut b = bytes::BytesMut::new();
+        b.put_i16(code);
+        match shape {
+            "v0" | "v2" => b.put_i32(apis.len() as i32),
+            "v3" => b.put_u8(apis.len() as u8 + 1),
+            "mock" => b.put_u8(apis.len() as u8),
+            _ => unreachable!(),
+        }
+        for (k, min, max) in apis {
+            b.put_i16(*k);
+            b.put_i16(*min);
+            b.put_i16(*max);
+            if shape == "v3" {
+                b.put_u8(0);
+            }
+        }
+        if shape != "v0" {
+            b.put_i32(0); // throttle
+        }
+        if shape == "v3" {
+            b.put_u8(0);
+        }
+        b.freeze()
+    }
+
+    #[test]
+    fn api_versions_retry_at_the_highest_listed_version() {
+        // Kafka: a v0 body listing its ApiVersions range.
+        let body = api_versions_body("v0", 35, &[(18, 0, 2)]);
+        assert_eq!(api_versions_retry_version(&body, 3), Some(2));
+        // A broker that speaks more than we tried: one below what we tried.
+        let body = api_versions_body("v0", 35, &[(18, 0, 9)]);
+        assert_eq!(api_versions_retry_version(&body, 3), Some(2));
+        // Other keys around it.
+        let body = api_versions_body("v0", 35, &[(0, 3, 9), (18, 0, 1), (3, 4, 12)]);
+        assert_eq!(api_versions_retry_version(&body, 3), Some(1));
+        // Answered in the attempted version's own shape.
+        let body = api_versions_body("v3", 35, &[(18, 0, 2)]);
+        assert_eq!(api_versions_retry_version(&body, 4), Some(2));
+        let body = api_versions_body("v2", 35, &[(18, 0, 1)]);
+        assert_eq!(api_versions_retry_version(&body, 2), Some(1));
+        // librdkafka's mock cluster: raw one-byte count, untagged entries.
+        let body = api_versions_body("mock", 35, &[(18, 0, 2)]);
+        assert_eq!(body.len(), 2 + 1 + 6 + 4);
+        assert_eq!(api_versions_retry_version(&body, 3), Some(2));
+    }
+
+    #[test]
+    fn api_versions_retry_falls_back_to_v0_or_stops() {
+        // Nothing listed (pre-2.4 brokers), or no ApiVersions entry: v0.
+        assert_eq!(
+            api_versions_retry_version(&api_versions_body("v0", 35, &[]), 3),
+            Some(0)
+        );
+        let body = api_versions_body("v0", 35, &[(3, 4, 12)]);
+        assert_eq!(api_versions_retry_version(&body, 3), Some(0));
+        // Unreadable bodies: v0, never a panic.
+        for body in [
+            Bytes::new(),
+            Bytes::from_static(&[0, 35]),
+            Bytes::from_static(&[0, 35, 0x7f, 0xff, 0xff, 0xff]),
+            Bytes::from_static(&[0, 35, 5, 0, 18]),
+        ] {
+            assert_eq!(api_versions_retry_version(&body, 3), Some(0), "{body:?}");
+        }
+        // Already at v0: nothing lower.
+        let body = api_versions_body("v0", 35, &[(18, 0, 2)]);
+        assert_eq!(api_versions_retry_version(&body, 0), None);
+        // The broker's range lies above what we could retry at.
+        let body = api_versions_body("v0", 35, &[(18, 3, 9)]);
+        assert_eq!(api_versions_retry_version(&body, 3), None);
+        // Retries strictly descend, so a loop over them ends.
+        let body = api_versions_body("v0", 35, &[(18, 0, 4)]);
+        let mut v = 4;
+        let mut steps = 0;
+        while let Some(next) = api_versions_retry_version(&body, v) {
+            assert!(next < v);
+            v = next;
+            steps += 1;
+        }
+        assert_eq!((v, steps), (0, 4));
     }
 
     #[test]

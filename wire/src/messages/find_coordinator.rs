@@ -32,7 +32,18 @@ impl DecodeResponse for FindCoordinatorResponse {
                 out.error_message = r.nullable_string(flexible, "FindCoordinatorResponse.error_message")?;
             }
             out.node_id = r.i32("FindCoordinatorResponse.node_id")?.into();
-            out.host = r.string(flexible, "FindCoordinatorResponse.host")?;
+            // Non-nullable, but librdkafka's mock cluster writes null with an
+            // error (Kafka writes ""). Null is read as "" beside an error only.
+            out.host = match r.nullable_string(flexible, "FindCoordinatorResponse.host")? {
+                Some(host) => host,
+                None if out.error_code != 0 => Default::default(),
+                None => {
+                    return Err(Error::Invalid {
+                        context: "FindCoordinatorResponse.host",
+                        message: "null host without an error".into(),
+                    })
+                }
+            };
             out.port = r.i32("FindCoordinatorResponse.port")?;
         } else {
             out.coordinators = r.array(true, "FindCoordinatorResponse.coordinators", coordinator)?;
@@ -157,6 +168,35 @@ mod tests {
         assert_out_of_bounds(&[0, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff, 0x0f, 0], 6);
         // v6: top-level tagged fields claiming u32::MAX entries.
         assert_out_of_bounds(&[0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f], 6);
+    }
+
+    #[test]
+    fn null_host_only_beside_an_error() {
+        // v0..=v2 and v3 (compact): error_code, [error_message], node_id -1, host null, port -1.
+        // librdkafka's mock cluster answers an error so.
+        let v0 = |code: i16| {
+            let mut b = code.to_be_bytes().to_vec();
+            b.extend_from_slice(&(-1i32).to_be_bytes());
+            b.extend_from_slice(&(-1i16).to_be_bytes()); // null string
+            b.extend_from_slice(&(-1i32).to_be_bytes());
+            Bytes::from(b)
+        };
+        let got = decode(&v0(15), 0).unwrap();
+        assert_eq!((got.error_code, got.host.as_str(), got.node_id.0), (15, "", -1));
+        let err = decode(&v0(0), 0).unwrap_err();
+        assert!(matches!(err, Error::Invalid { .. }), "{err}");
+        let v3 = |code: i16| {
+            let mut b = 0i32.to_be_bytes().to_vec(); // throttle
+            b.extend_from_slice(&code.to_be_bytes());
+            b.push(0); // error_message: null
+            b.extend_from_slice(&(-1i32).to_be_bytes());
+            b.push(0); // host: null
+            b.extend_from_slice(&(-1i32).to_be_bytes());
+            b.push(0); // tagged fields
+            Bytes::from(b)
+        };
+        assert_eq!(decode(&v3(53), 3).unwrap().error_code, 53);
+        assert!(matches!(decode(&v3(0), 3).unwrap_err(), Error::Invalid { .. }));
     }
 
     #[test]

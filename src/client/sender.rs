@@ -1,0 +1,645 @@
+//! The producer's sender: one background task that seals batches, picks
+//! every ready batch per leader broker into one Produce request (at most
+//! one batch per partition per request, as Java's `Sender.sendProduceRequests`
+//! and franz-go's `sink.go` do), keeps at most `max_in_flight` requests
+//! outstanding per broker connection, and applies each answer through the
+//! sans-IO [`clink_kafka_wire::produce_state`].
+//!
+//! Ordering: requests are queued on a connection in the order they are
+//! built, and a connection delivers them in that order, so several batches
+//! of one partition may be in flight at once. After any failure of one of a
+//! partition's batches the partition sends nothing until all of its batches
+//! in flight have returned; then its queue (the failed batches first, in
+//! sequence order) goes out again with the same bytes. A batch refused for
+//! good gives its sequence numbers back: the batches queued behind it are
+//! renumbered (only their base sequence and CRC change).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use clink_kafka_wire::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use clink_kafka_wire::kafka_protocol::messages::{ProduceRequest, TopicName, TransactionalId};
+use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::produce_state::{self, BatchOutcome, SentBatch};
+use clink_kafka_wire::record::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
+use clink_kafka_wire::KafkaCode;
+
+use super::connection::BrokerConnection;
+use super::producer::{
+    increment_sequence, Acks, Batch, Body, PartitionQueue, PendingRecord, Shared, PRODUCE_MAX_VERSION,
+};
+use crate::error::{BrokerRef, Error};
+
+/// How a batch's attempt ended.
+enum Outcome {
+    /// The broker's answer for it.
+    Answer(BatchOutcome),
+    /// No answer: the request failed (or could not be sent).
+    Failed { error: Error, maybe_written: bool },
+    /// Written to the socket under acks=0.
+    Written,
+}
+
+/// The background task; ends once the producer is closed and idle.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
+    loop {
+        let closing = shared.closed.load(Ordering::Acquire);
+        let flushing = closing || shared.flushing.load(Ordering::Acquire) > 0;
+        let now = Instant::now();
+        let mut next_deadline: Option<Instant> = None;
+        let mut to_fail: Vec<(Batch, Error)> = Vec::new();
+        let mut groups: Vec<(i32, Vec<(usize, Batch)>)> = Vec::new();
+        let mut refresh: Vec<Arc<str>> = Vec::new();
+        let metadata = shared.cluster.metadata();
+        let fatal = shared.fatal.get().cloned();
+        let max = shared.config.max_in_flight;
+        let linger = shared.config.linger;
+        let delivery_timeout = shared.config.delivery_timeout;
+        let idempotent = shared.identity.lock().expect("identity lock").is_some();
+        {
+            let mut state = shared.state.lock().expect("producer state lock");
+            let state = &mut *state;
+            for (qi, q) in state.partitions.iter_mut().enumerate() {
+                if let Some(open) = &q.open {
+                    let due = open.created + linger;
+                    if flushing || due <= now || fatal.is_some() {
+                        let b = q.open.take().expect("checked");
+                        q.queue.push_back(b.into());
+                    } else {
+                        next_deadline = Some(next_deadline.map_or(due, |d| d.min(due)));
+                    }
+                }
+                if let Some(e) = &fatal {
+                    to_fail.extend(q.queue.drain(..).map(|b| (b, e.clone())));
+                    continue;
+                }
+                // Batches never sent that ran out of time fail here (not
+                // written: nothing to give back, they hold no sequence yet).
+                while let Some(pos) = q.queue.iter().position(|b| matches!(b.body, Body::Records(..))) {
+                    let b = &q.queue[pos];
+                    if b.created + delivery_timeout > now {
+                        break;
+                    }
+                    let b = q.queue.remove(pos).expect("found");
+                    let e = Error::Timeout {
+                        operation: format!("delivering a batch to {}[{}] (never sent)", q.tp.topic, q.tp.partition),
+                        timeout: delivery_timeout,
+                    };
+                    to_fail.push((b, e));
+                }
+                if q.draining {
+                    if !q.in_flight.is_empty() {
+                        continue;
+                    }
+                    q.draining = false;
+                    if q.resequence {
+                        resequence(q);
+                    }
+                }
+                if let Some(t) = q.retry_at {
+                    if t > now {
+                        next_deadline = Some(next_deadline.map_or(t, |d| d.min(t)));
+                        continue;
+                    }
+                    q.retry_at = None;
+                }
+                // Until the broker has acknowledged one of this partition's
+                // batches under our identity it may hold no state for us, and
+                // then it accepts any first sequence: a second batch in flight
+                // could land before a first one that failed (franz-go limits
+                // the same way).
+                let limit = if idempotent && !q.acked { 1 } else { max };
+                if q.in_flight.len() >= limit || q.queue.is_empty() {
+                    continue;
+                }
+                let leader = metadata
+                    .topics
+                    .get(&*q.tp.topic)
+                    .and_then(|t| t.partitions.iter().find(|p| p.partition == q.tp.partition))
+                    .map(|p| p.leader)
+                    .filter(|l| *l >= 0);
+                let Some(node) = leader else {
+                    if !refresh.contains(&q.tp.topic) {
+                        refresh.push(q.tp.topic.clone());
+                    }
+                    let t = now + shared.cluster.config().retry_backoff;
+                    q.retry_at = Some(t);
+                    next_deadline = Some(next_deadline.map_or(t, |d| d.min(t)));
+                    continue;
+                };
+                let group = match groups.iter().position(|(n, _)| *n == node) {
+                    Some(g) => g,
+                    None => {
+                        let slots = state.broker_in_flight.entry(node).or_insert(0);
+                        if *slots >= max {
+                            continue;
+                        }
+                        *slots += 1;
+                        groups.push((node, Vec::new()));
+                        groups.len() - 1
+                    }
+                };
+                let mut b = q.queue.pop_front().expect("not empty");
+                if matches!(b.body, Body::Records(..)) && idempotent {
+                    b.base_sequence = q.next_sequence;
+                    q.next_sequence = increment_sequence(q.next_sequence, b.count);
+                }
+                q.in_flight.push_back(b.order);
+                groups[group].1.push((qi, b));
+            }
+        }
+        for (b, e) in to_fail {
+            shared.complete(&b.completion, b.permits, Err(e));
+        }
+        if !refresh.is_empty() {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let names: Vec<&str> = refresh.iter().map(|t| &**t).collect();
+                if let Err(e) = shared.cluster.refresh_topics(&names).await {
+                    tracing::debug!(error = %e, "metadata refresh failed");
+                }
+                shared.wake.notify_one();
+            });
+        }
+        let sent_any = !groups.is_empty();
+        for (node, batches) in groups {
+            send_request(&shared, &mut conns, node, batches).await;
+        }
+        if closing && shared.outstanding.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        if sent_any {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        match next_deadline {
+            Some(d) => {
+                tokio::select! {
+                    _ = shared.wake.notified() => {}
+                    _ = tokio::time::sleep_until(d.into()) => {}
+                }
+            }
+            None => shared.wake.notified().await,
+        }
+    }
+    tracing::debug!("producer sender stopped");
+}
+
+/// Renumbers the encoded batches queued behind a refused one from the last
+/// sequence known written.
+fn resequence(q: &mut PartitionQueue) {
+    let mut seq = q.confirmed_next;
+    for b in q.queue.iter_mut() {
+        let Body::Encoded(bytes) = &mut b.body else { break };
+        if b.base_sequence != seq {
+            let mut m = BytesMut::from(&bytes[..]);
+            if produce_state::rewrite_base_sequence(&mut m, seq).is_ok() {
+                *bytes = m.freeze();
+                b.base_sequence = seq;
+            }
+        }
+        seq = increment_sequence(seq, b.count);
+    }
+    q.next_sequence = seq;
+    q.resequence = false;
+}
+
+fn encode(shared: &Shared, records: &[PendingRecord], bytes: usize, base_sequence: i32) -> Result<Bytes, Error> {
+    let headers: Vec<Vec<HeaderOut<'_>>> = records
+        .iter()
+        .map(|r| {
+            r.headers
+                .iter()
+                .map(|(k, v)| HeaderOut {
+                    key: k,
+                    value: v.as_deref(),
+                })
+                .collect()
+        })
+        .collect();
+    let out_records: Vec<RecordOut<'_>> = records
+        .iter()
+        .zip(&headers)
+        .map(|(r, h)| RecordOut {
+            timestamp: r.timestamp,
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: h,
+        })
+        .collect();
+    let mut meta = BatchMeta {
+        compression: shared.config.compression,
+        ..BatchMeta::default()
+    };
+    if let Some(id) = *shared.identity.lock().expect("identity lock") {
+        meta.producer_id = id.producer_id;
+        meta.producer_epoch = id.producer_epoch;
+        meta.base_sequence = base_sequence;
+    }
+    meta.transactional = shared.txn.is_some();
+    let mut out = BytesMut::with_capacity(bytes + 128);
+    RecordBatchEncoder::new()
+        .encode(&mut out, &meta, &out_records)
+        .map_err(|e| Error::Protocol {
+            broker: BrokerRef::addr("(none: encoding a record batch)"),
+            api: "Produce",
+            source: Arc::new(e),
+        })?;
+    Ok(out.freeze())
+}
+
+/// Encodes what needs it, then queues one Produce request for `batches`
+/// on `node`'s connection and spawns the wait for its answer.
+async fn send_request(
+    shared: &Arc<Shared>,
+    conns: &mut HashMap<i32, BrokerConnection>,
+    node: i32,
+    batches: Vec<(usize, Batch)>,
+) {
+    let mut ready = Vec::with_capacity(batches.len());
+    let mut failed = Vec::new();
+    for (qi, mut b) in batches {
+        if let Body::Records(records, bytes) = &b.body {
+            match encode(shared, records, *bytes, b.base_sequence) {
+                Ok(encoded) => b.body = Body::Encoded(encoded),
+                Err(e) => {
+                    failed.push((
+                        qi,
+                        b,
+                        Outcome::Failed {
+                            error: e,
+                            maybe_written: false,
+                        },
+                    ));
+                    continue;
+                }
+            }
+        }
+        ready.push((qi, b));
+    }
+    if let Some(registrar) = shared.txn.as_ref().and_then(|t| t.registrar.as_ref()) {
+        let mut kept = Vec::with_capacity(ready.len());
+        for (qi, b) in ready {
+            let c = b.completion.0.clone();
+            match registrar.ensure_added(c.topic(), c.partition()).await {
+                Ok(()) => kept.push((qi, b)),
+                Err(e) => failed.push((
+                    qi,
+                    b,
+                    Outcome::Failed {
+                        error: e,
+                        maybe_written: false,
+                    },
+                )),
+            }
+        }
+        ready = kept;
+    }
+    let conn = match conns.get(&node) {
+        Some(c) if !c.is_closed() => Ok(c.clone()),
+        _ => shared.cluster.broker(node).await.inspect(|c| {
+            conns.insert(node, c.clone());
+        }),
+    };
+    let conn = match conn {
+        Ok(c) => c,
+        Err(e) => {
+            failed.extend(ready.into_iter().map(|(qi, b)| {
+                (
+                    qi,
+                    b,
+                    Outcome::Failed {
+                        error: e.clone(),
+                        maybe_written: false,
+                    },
+                )
+            }));
+            apply(shared, Some(node), failed, None).await;
+            return;
+        }
+    };
+    if ready.is_empty() {
+        apply(shared, Some(node), failed, None).await;
+        return;
+    }
+    if !failed.is_empty() {
+        // Their slot is the request's; only the request's end frees it.
+        apply(shared, None, failed, None).await;
+    }
+    let cap = shared
+        .txn
+        .as_ref()
+        .map_or(PRODUCE_MAX_VERSION, |t| t.produce_max_version);
+    let request = build_request(shared, &ready);
+    let version = conn.version_for::<ProduceRequest>(Some(cap.min(PRODUCE_MAX_VERSION)));
+    let broker = conn.broker().clone();
+    let fail_all = |ready: Vec<(usize, Batch)>, e: Error| -> Vec<(usize, Batch, Outcome)> {
+        ready
+            .into_iter()
+            .map(|(qi, b)| {
+                (
+                    qi,
+                    b,
+                    Outcome::Failed {
+                        error: e.clone(),
+                        maybe_written: false,
+                    },
+                )
+            })
+            .collect()
+    };
+    let version = match version {
+        Ok(v) => v,
+        Err(e) => {
+            apply(shared, Some(node), fail_all(ready, e), None).await;
+            return;
+        }
+    };
+    let shared = shared.clone();
+    if shared.config.acks == Acks::None {
+        let written = match conn.start_unanswered(version, &request) {
+            Ok(rx) => rx,
+            Err(e) => {
+                apply(&shared, Some(node), fail_all(ready, e), None).await;
+                return;
+            }
+        };
+        drop(request);
+        // The batches (and their buffer space) are held until the frame is
+        // written: a slow broker fills `buffer_memory` and `send` waits.
+        tokio::spawn(async move {
+            let outcome = match written.await {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some(Error::ConnectionClosed { broker: broker.clone() }),
+            };
+            let results = ready
+                .into_iter()
+                .map(|(qi, b)| {
+                    let o = match &outcome {
+                        None => Outcome::Written,
+                        Some(e) => Outcome::Failed {
+                            error: e.clone(),
+                            maybe_written: true,
+                        },
+                    };
+                    (qi, b, o)
+                })
+                .collect();
+            apply(&shared, Some(node), results, Some(&broker)).await;
+        });
+        return;
+    }
+    let pending = match conn.start_request(version, &request) {
+        Ok(p) => p,
+        Err(e) => {
+            apply(&shared, Some(node), fail_all(ready, e), None).await;
+            return;
+        }
+    };
+    drop(request);
+    tokio::spawn(async move {
+        let results: Vec<(usize, Batch, Outcome)> = match pending.wait().await {
+            Ok(response) => {
+                let sent: Vec<SentBatch<'_>> = ready
+                    .iter()
+                    .map(|(_, b)| SentBatch {
+                        topic: b.completion.0.topic(),
+                        partition: b.completion.0.partition(),
+                        record_count: b.count,
+                    })
+                    .collect();
+                let answer = produce_state::handle_produce_response(&sent, &response);
+                drop(sent);
+                if answer.unexpected > 0 {
+                    tracing::warn!(broker = %broker, entries = answer.unexpected,
+                        "Produce answer names partitions the request did not carry; ignored");
+                }
+                ready
+                    .into_iter()
+                    .zip(answer.outcomes)
+                    .map(|((qi, b), o)| (qi, b, Outcome::Answer(o)))
+                    .collect()
+            }
+            Err(e) => ready
+                .into_iter()
+                .map(|(qi, b)| {
+                    (
+                        qi,
+                        b,
+                        Outcome::Failed {
+                            error: e.clone(),
+                            maybe_written: true,
+                        },
+                    )
+                })
+                .collect(),
+        };
+        apply(&shared, Some(node), results, Some(&broker)).await;
+    });
+}
+
+fn build_request(shared: &Shared, ready: &[(usize, Batch)]) -> ProduceRequest {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    let mut last: Option<&str> = None;
+    // Batches of one topic are adjacent when partitions were created together;
+    // a linear search keeps the rest right.
+    for (_, b) in ready {
+        let c = &b.completion.0;
+        let Body::Encoded(bytes) = &b.body else { continue };
+        let mut p = PartitionProduceData::default();
+        p.index = c.partition();
+        p.records = Some(bytes.clone());
+        let idx = if last == Some(c.topic()) {
+            topics.len() - 1
+        } else if let Some(i) = topics.iter().position(|t| t.name.0.as_str() == c.topic()) {
+            i
+        } else {
+            let mut t = TopicProduceData::default();
+            t.name = TopicName(StrBytes::from_string(c.topic().to_owned()));
+            topics.push(t);
+            topics.len() - 1
+        };
+        last = Some(c.topic());
+        topics[idx].partition_data.push(p);
+    }
+    let mut request = ProduceRequest::default();
+    request.transactional_id = shared
+        .txn
+        .as_ref()
+        .map(|t| TransactionalId(StrBytes::from_string(t.transactional_id.clone())));
+    request.acks = shared.config.acks.wire();
+    request.timeout_ms = shared.config.ack_timeout.as_millis().min(i32::MAX as u128) as i32;
+    request.topic_data = topics;
+    request
+}
+
+/// Applies the outcomes of one request's batches: completes, requeues or
+/// fails each, frees the request's slot on `node` (when given), and wakes
+/// the sender.
+async fn apply(
+    shared: &Arc<Shared>,
+    node: Option<i32>,
+    results: Vec<(usize, Batch, Outcome)>,
+    broker: Option<&BrokerRef>,
+) {
+    let none = BrokerRef::addr("(unknown)");
+    let broker = broker.unwrap_or(&none);
+    let mut done: Vec<(Batch, Result<(i64, i64), Error>)> = Vec::new();
+    let mut refresh: Vec<Arc<str>> = Vec::new();
+    let now = Instant::now();
+    let idempotent = shared.identity.lock().expect("identity lock").is_some();
+    {
+        let mut state = shared.state.lock().expect("producer state lock");
+        let state = &mut *state;
+        if let Some(node) = node {
+            if let Some(n) = state.broker_in_flight.get_mut(&node) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        for (qi, mut b, outcome) in results {
+            let q = &mut state.partitions[qi];
+            let pos = q.in_flight.iter().position(|o| *o == b.order);
+            if let Some(pos) = pos {
+                q.in_flight.remove(pos);
+            }
+            let earlier_in_flight = pos.is_some_and(|p| p > 0);
+            let topic = q.tp.topic.clone();
+            let partition = q.tp.partition;
+            let kafka = |code: KafkaCode, message: Option<&str>| {
+                Error::kafka("Produce", broker, Some(&topic), Some(partition), code.0, message)
+            };
+            // What to do with the batch.
+            enum Next {
+                Done(Result<(i64, i64), Error>),
+                Retry(Error),
+                /// Refused for good: not written.
+                Refused(Error),
+                /// It may or may not be written: the sequence is broken.
+                Unknown(Error),
+            }
+            let next = match outcome {
+                Outcome::Written => Next::Done(Ok((-1, -1))),
+                Outcome::Answer(BatchOutcome::Delivered {
+                    base_offset,
+                    log_append_time,
+                }) => Next::Done(Ok((base_offset, log_append_time))),
+                Outcome::Answer(BatchOutcome::Duplicate) => Next::Done(Ok((-1, -1))),
+                Outcome::Answer(BatchOutcome::Retry { code, refresh_metadata }) => {
+                    if refresh_metadata && !refresh.contains(&topic) {
+                        refresh.push(topic.clone());
+                    }
+                    Next::Retry(kafka(code, None))
+                }
+                Outcome::Answer(BatchOutcome::OutOfOrder) => {
+                    let e = kafka(KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER, None);
+                    if idempotent && (q.draining || earlier_in_flight) {
+                        // An earlier batch failed first: this one was not written.
+                        Next::Retry(e)
+                    } else {
+                        Next::Unknown(e)
+                    }
+                }
+                Outcome::Answer(BatchOutcome::IdentityLost { code }) => Next::Unknown(kafka(code, None)),
+                Outcome::Answer(BatchOutcome::Refused { code, message }) => {
+                    Next::Refused(kafka(code, message.as_deref()))
+                }
+                Outcome::Answer(BatchOutcome::Invalid(why)) => {
+                    b.maybe_written = true;
+                    Next::Unknown(Error::Protocol {
+                        broker: broker.clone(),
+                        api: "Produce",
+                        source: Arc::new(clink_kafka_wire::Error::Invalid {
+                            context: "Produce response",
+                            message: format!("{topic}[{partition}]: {}", why.describe()),
+                        }),
+                    })
+                }
+                Outcome::Answer(_) => Next::Unknown(Error::Protocol {
+                    broker: broker.clone(),
+                    api: "Produce",
+                    source: Arc::new(clink_kafka_wire::Error::Invalid {
+                        context: "Produce response",
+                        message: format!("{topic}[{partition}]: an outcome this client does not know"),
+                    }),
+                }),
+                Outcome::Failed { error, maybe_written } => {
+                    b.maybe_written |= maybe_written;
+                    if error.is_retriable() || error.is_connection_error() {
+                        Next::Retry(error)
+                    } else if b.maybe_written {
+                        Next::Unknown(error)
+                    } else {
+                        Next::Refused(error)
+                    }
+                }
+            };
+            let next = match next {
+                Next::Retry(e) if b.created + shared.config.delivery_timeout <= now => {
+                    let e = Error::Timeout {
+                        operation: format!("delivering a batch to {topic}[{partition}] (last error: {e})"),
+                        timeout: shared.config.delivery_timeout,
+                    };
+                    if b.maybe_written {
+                        Next::Unknown(e)
+                    } else {
+                        Next::Refused(e)
+                    }
+                }
+                other => other,
+            };
+            match next {
+                Next::Done(r) => {
+                    if idempotent && r.is_ok() {
+                        q.confirmed_next = increment_sequence(b.base_sequence, b.count);
+                        q.acked = true;
+                    }
+                    q.backoff = None;
+                    done.push((b, r));
+                }
+                Next::Retry(e) => {
+                    tracing::debug!(topic = %topic, partition, error = %e, "retrying produce");
+                    let at = q.queue.iter().position(|x| x.order > b.order).unwrap_or(q.queue.len());
+                    q.queue.insert(at, b);
+                    q.draining = true;
+                    let delay = q.backoff.get_or_insert_with(|| shared.cluster.backoff()).next_delay();
+                    q.retry_at = Some(now + delay);
+                }
+                Next::Refused(e) => {
+                    if idempotent {
+                        q.resequence = true;
+                        q.draining = true;
+                    }
+                    done.push((b, Err(e)));
+                }
+                Next::Unknown(e) => {
+                    if idempotent {
+                        let fatal = Error::ProducerFailed { cause: Box::new(e) };
+                        if shared.fatal.set(fatal).is_ok() {
+                            tracing::error!(topic = %topic, partition,
+                                error = %shared.fatal.get().expect("set"), "idempotent producer failed");
+                        }
+                        done.push((b, Err(shared.fatal.get().expect("set").clone())));
+                    } else {
+                        done.push((b, Err(e)));
+                    }
+                }
+            }
+        }
+    }
+    for (b, r) in done {
+        shared.complete(&b.completion, b.permits, r);
+    }
+    shared.wake.notify_one();
+    if !refresh.is_empty() {
+        let names: Vec<&str> = refresh.iter().map(|t| &**t).collect();
+        if let Err(e) = shared.cluster.refresh_topics(&names).await {
+            tracing::debug!(error = %e, "metadata refresh failed");
+        }
+        shared.wake.notify_one();
+    }
+}
