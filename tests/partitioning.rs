@@ -65,3 +65,36 @@ async fn keys_land_where_java_puts_them() {
         }
     }
 }
+
+/// Unkeyed records stick to one partition only until that partition's
+/// batch is sealed (KIP-480): a batch sealed by `linger` or a flush, not
+/// only a full one, moves them on. Twenty flushed waves over 6 partitions
+/// all landing on one partition has probability 6^-19.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unkeyed_records_move_on_when_their_batch_is_sealed() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("unkeyed");
+    common::create_topic(&cluster, NewTopic::new(&topic, 6, 1)).await;
+    let producer = Producer::new(cluster.clone(), ProducerConfig::default()).await.unwrap();
+    let mut per_partition: HashMap<i32, usize> = HashMap::new();
+    for wave in 0..20 {
+        let mut futures = Vec::new();
+        for i in 0..5 {
+            futures.push(
+                producer
+                    .send(ProducerRecord::new(&topic, format!("{wave}-{i}")))
+                    .await
+                    .unwrap(),
+            );
+        }
+        producer.flush(Duration::from_secs(30)).await.unwrap();
+        for f in futures {
+            *per_partition.entry(f.await.unwrap().partition).or_default() += 1;
+        }
+    }
+    assert!(
+        per_partition.len() > 1,
+        "100 unkeyed records in 20 sealed batches all went to one partition: {per_partition:?}"
+    );
+}

@@ -531,6 +531,18 @@ impl Consumer {
             by_leader.entry(leader).or_default().push((topic, partition));
         }
         let now = Instant::now();
+        // While other partitions still hold undelivered data the caller
+        // comes back for it anyway: a long poll would only hold this
+        // broker's one fetch slot, so partitions drained meanwhile would
+        // wait out the whole `max_wait` behind it, one after another (seen
+        // as a stall of ~`max_wait` per partition on uncompressed topics
+        // with many partitions). Ask for whatever is there now instead; at
+        // most one such fetch per broker and poll call, so this never spins.
+        let max_wait = if self.fetcher.has_buffered() {
+            Duration::ZERO
+        } else {
+            max_wait
+        };
         let max_wait = max_wait.as_millis().min(i32::MAX as u128) as i32;
         for (broker, partitions) in by_leader {
             if self.fetcher.in_flight(broker) {

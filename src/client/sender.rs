@@ -63,12 +63,18 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         {
             let mut state = shared.state.lock().expect("producer state lock");
             let state = &mut *state;
+            // Partitions whose open batch was sealed here (by linger or a
+            // flush): unkeyed records stuck to one of them move on
+            // (KIP-480: the sticky partition changes when its batch is sent,
+            // not only when it fills).
+            let mut sealed: Vec<(Arc<str>, i32)> = Vec::new();
             for (qi, q) in state.partitions.iter_mut().enumerate() {
                 if let Some(open) = &q.open {
                     let due = open.created + linger;
                     if flushing || due <= now || fatal.is_some() {
                         let b = q.open.take().expect("checked");
                         q.queue.push_back(b.into());
+                        sealed.push((q.tp.topic.clone(), q.tp.partition));
                     } else {
                         next_deadline = Some(next_deadline.map_or(due, |d| d.min(due)));
                     }
@@ -152,6 +158,14 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 }
                 q.in_flight.push_back(b.order);
                 groups[group].1.push((qi, b));
+            }
+            for (topic, partition) in sealed {
+                if let Some(&t) = state.topics.get(&topic) {
+                    let entry = &mut state.topic_list[t];
+                    if entry.sticky == Some(partition) {
+                        entry.sticky = None;
+                    }
+                }
             }
         }
         for (b, e) in to_fail {
