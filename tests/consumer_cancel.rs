@@ -160,8 +160,8 @@ async fn dropped_polls_lose_and_repeat_nothing() {
     assert!(extra.is_empty(), "{} records beyond the end", extra.len());
     eprintln!("poll sweep: {dropped} futures dropped, {completed} completed");
     assert!(
-        dropped > 10,
-        "the sweep dropped only {dropped} futures ({completed} completed)"
+        dropped > 0,
+        "the sweep dropped no future ({completed} completed): it tested nothing"
     );
 }
 
@@ -219,7 +219,7 @@ async fn dropped_source_produce_calls_lose_and_repeat_nothing() {
     check_exactly_once(&got);
     assert!(!source.snapshot().is_empty());
     eprintln!("produce sweep: {dropped} futures dropped");
-    assert!(dropped > 10, "the sweep dropped only {dropped} futures");
+    assert!(dropped > 0, "the sweep dropped no future: it tested nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
