@@ -186,3 +186,56 @@ async fn a_broker_answering_nothing_at_once_is_not_spun_on() {
     );
     assert!(n >= 2, "{n} fetches: the consumer stopped asking");
 }
+
+/// KIP-219: a broker's `throttle_time_ms` holds that broker's next fetch
+/// back (up to `max_throttle`). The broker answers empty at once, so
+/// without the throttle the 10 ms wait asked for would allow ~100 fetches
+/// in the 1.2 s of polling; a 400 ms throttle allows about 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_throttling_is_honoured_up_to_the_cap() {
+    async fn fetches_in(throttle_ms: i32, max_throttle: Duration) -> usize {
+        let rounds = Arc::new(Mutex::new(0usize));
+        let r = rounds.clone();
+        let answer = Box::new(move |req: &FetchRequest| {
+            *r.lock().unwrap() += 1;
+            let mut resp = FetchResponse::default();
+            resp.throttle_time_ms = throttle_ms;
+            for t in &req.topics {
+                for p in &t.partitions {
+                    resp.responses
+                        .push(entry(TOPIC, p.partition, 0, LOG_LEN, log_from(0).slice(..)));
+                }
+            }
+            resp
+        });
+        let cluster = fetch_peer::start(TOPIC, 1, answer).await;
+        let mut consumer = Consumer::new(
+            cluster,
+            ConsumerConfig {
+                max_wait: Duration::from_millis(10),
+                max_throttle,
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer.assign(&[(TOPIC, 0)]);
+        consumer.seek(TOPIC, 0, Offset::At(LOG_LEN)).await.unwrap();
+        let until = Instant::now() + Duration::from_millis(1200);
+        while Instant::now() < until {
+            assert!(consumer.poll(Duration::from_millis(100)).await.unwrap().is_empty());
+        }
+        let fetches = *rounds.lock().unwrap();
+        drop(consumer);
+        fetches
+    }
+    let throttled = fetches_in(400, Duration::from_secs(30)).await;
+    assert!(
+        (1..=5).contains(&throttled),
+        "{throttled} fetches in 1.2 s against a broker throttling each answer by 400 ms"
+    );
+    // A throttle of a minute is capped at 100 ms: the consumer keeps asking.
+    let capped = fetches_in(60_000, Duration::from_millis(100)).await;
+    assert!(
+        capped >= 3,
+        "{capped} fetches in 1.2 s: a 60 s throttle was not capped at max_throttle = 100 ms"
+    );
+}
