@@ -327,3 +327,22 @@ fn fuzz_seeds_run_clean() {
         assert_eq!(fuzzing::fetch(&seed), 13, "{name}");
     }
 }
+
+#[test]
+fn without_sessions_every_request_is_a_sessionless_full_fetch() {
+    let mut f = Fetcher::new(FetcherConfig {
+        sessions: false,
+        ..FetcherConfig::default()
+    });
+    f.assign(&[("t", 0), ("t", 1)]);
+    f.seek("t", 0, Some(0));
+    f.seek("t", 1, Some(0));
+    for _ in 0..3 {
+        let req = request(&mut f, 1);
+        assert_eq!((req.session_id, req.session_epoch), (0, session::FINAL_EPOCH));
+        assert_eq!(req.topics[0].partitions.len(), 2, "a full fetch lists every partition");
+        assert!(req.forgotten_topics_data.is_empty());
+        // The broker opening a session anyway changes nothing.
+        f.handle_response(1, response(42, vec![]));
+    }
+}
