@@ -166,6 +166,17 @@ pub enum Error {
     /// The fetch offset is outside the partition's log.
     #[error("offset {offset} is out of range for {topic}[{partition}]")]
     OffsetOutOfRange { topic: String, partition: i32, offset: i64 },
+    /// After a leader change the new leader's log ends the position's
+    /// leader epoch below the position (KIP-320: an unclean election
+    /// truncated records this consumer had handed over), and no
+    /// `auto_offset_reset` is set. The partition is not fetched until a seek.
+    #[error("log truncation on {topic}[{partition}]: the position {position} is past {divergent_offset}, where the new leader's log diverges (records {divergent_offset}..{position} were truncated); no offset reset policy is set: seek to continue")]
+    LogTruncation {
+        topic: String,
+        partition: i32,
+        position: i64,
+        divergent_offset: i64,
+    },
     /// The partition is not assigned to this consumer.
     #[error("{topic}[{partition}] is not assigned to this consumer")]
     NotAssigned { topic: String, partition: i32 },

@@ -5,11 +5,16 @@
 //! - [`connector`]: the engine-facing connector layer: source, sinks,
 //!   factory registry, options, the SQL table front.
 //! - [`error`]: the client's typed errors.
+//! - [`schema_registry`]: a Confluent-compatible Schema Registry client (cached).
+//! - [`metrics`]: series names, the Prometheus recorder and its loopback
+//!   scrape endpoint.
 //! - [`wire`]: the sans-IO protocol crate the client is built on.
 
 pub mod client;
 pub mod connector;
 pub mod error;
+pub mod metrics;
+pub mod schema_registry;
 
 /// The sans-IO protocol crate: framing, messages, record batches, codecs, SASL.
 pub use clink_kafka_wire as wire;

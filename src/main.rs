@@ -1,15 +1,19 @@
-//! The `clink-kafka` command line: `produce`, `consume`, `roundtrip`, `copy` and `txn`
-//! (an end-to-end check and measurement against a real cluster). Argument
-//! parsing lives here; each command lives in `src/cli/`.
+//! The `clink-kafka` command line: `produce`, `consume`, `roundtrip`, `copy`,
+//! `txn`, `topics` and `metadata` (an end-to-end check and measurement
+//! against a real cluster). Argument parsing lives here; each command lives
+//! in `src/cli/`, the exit codes in `src/cli/exit.rs`, the log setup in
+//! `src/cli/logs.rs`.
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 mod cli;
 
 /// A pure-Rust Kafka client.
 ///
 /// Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=clink_kafka=debug) for more.
+/// They are coloured only on a terminal, never when NO_COLOR is set;
+/// --log-format json writes one JSON object per line instead. Progress
+/// (produce, consume, copy) is shown only when stderr is a terminal.
 ///
 /// SASL example (the password comes from an environment variable, never the
 /// command line):
@@ -25,8 +29,12 @@ mod cli;
 ///     --security-protocol ssl --tls-ca ca.pem --tls-cert client.pem
 ///     --tls-key client.key [--tls-key-password-env VAR]
 #[derive(Parser, Debug)]
-#[command(name = "clink-kafka", version, verbatim_doc_comment)]
+#[command(name = "clink-kafka", version, verbatim_doc_comment, after_help = cli::exit::help())]
 struct Cli {
+    /// Log format on stderr: text, or json (each log event and the final
+    /// error as one object per line; a command's report stays text).
+    #[arg(long, global = true, value_enum, default_value_t = cli::logs::LogFormat::Text)]
+    log_format: cli::logs::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -47,39 +55,44 @@ enum Command {
     Copy(cli::copy::CopyArgs),
     /// Transactions: list, describe, resolve an in-doubt one.
     Txn(cli::txn::TxnArgs),
+    /// Topics: list, describe, create, delete.
+    Topics(cli::topics::TopicsArgs),
+    /// The cluster as Metadata shows it (like kcat -L): brokers, controller,
+    /// topics, partitions with leader, replicas and in-sync replicas.
+    Metadata(cli::topics::MetadataArgs),
     /// Test helper: a 2PC sink takes a barrier, prints its state rows, hangs.
     #[command(hide = true, name = "sink2pc-barrier-and-hang")]
     Sink2pc(cli::sink2pc::Sink2pcArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")))
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let log_format = cli.log_format;
+    cli::logs::init(log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            cli::logs::report_error(log_format, &anyhow::Error::new(e).context("starting the async runtime"));
+            return std::process::ExitCode::from(cli::exit::ERROR);
         }
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Produce(args) => cli::produce::run(args).await.map(|()| 0),
-            Command::Consume(args) => cli::consume::run(args).await.map(|()| 0),
-            Command::Roundtrip(args) => cli::roundtrip::run(args).await.map(|()| 0),
+            Command::Produce(args) => cli::produce::run(args).await.map(|()| cli::exit::OK),
+            Command::Consume(args) => cli::consume::run(args).await.map(|()| cli::exit::OK),
+            Command::Roundtrip(args) => cli::roundtrip::run(args).await.map(|()| cli::exit::OK),
             Command::Copy(args) => cli::copy::run(args).await,
             Command::Txn(args) => cli::txn::run(args).await,
-            Command::Sink2pc(args) => cli::sink2pc::run(args).await.map(|()| 0),
+            Command::Topics(args) => cli::topics::run(args).await.map(|()| cli::exit::OK),
+            Command::Metadata(args) => cli::topics::metadata(args).await.map(|()| cli::exit::OK),
+            Command::Sink2pc(args) => cli::sink2pc::run(args).await.map(|()| cli::exit::OK),
         }
     });
     match result {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            cli::logs::report_error(log_format, &e);
+            std::process::ExitCode::from(cli::exit::ERROR)
         }
     }
 }

@@ -291,6 +291,7 @@ async fn close_aborts_the_open_tail_and_leaves_the_prepared_one_for_the_restored
                 checkpoint: 2,
                 records: 3,
                 handle: None,
+                horizon: None,
             }
             .to_row(),
         );
@@ -491,6 +492,7 @@ async fn an_unreachable_broker_fails_open_and_is_never_a_verdict() {
         checkpoint: 9,
         records: 3,
         handle: Some(handle),
+        horizon: None,
     }
     .to_row();
     sink.restore(&[row]).unwrap();
@@ -517,19 +519,21 @@ async fn receipts_confirm_commits_and_arm_replay_suppression() {
         let rows1 = sink.on_barrier(1).await.unwrap();
         sink.on_commit(1).await.unwrap();
         sink.on_data(batch("two", 3)).await.unwrap();
+        sink.on_watermark(1_000);
         sink.on_barrier(2).await.unwrap();
         sink.on_commit(2).await.unwrap();
         sink.close().await.unwrap();
 
         // Restoring checkpoint 1 (below the committed 2): 1 is receipted, no
-        // wire call; the receipt of 2 arms suppression, and records without
-        // an event time pass through.
+        // wire call; the receipt of 2 (horizon 1000) arms suppression, and
+        // records without an event time (the string channel's) pass through.
         let mut restored = f.sink(&[]);
         restored.restore(&rows1).unwrap();
         restored.open().await.unwrap();
         let st = restored.stats();
         assert_eq!((st.resolved_by_receipt, st.resolved_over_the_wire), (1, 0), "{st:?}");
         assert!(st.replay_suppression_armed, "{st:?}");
+        assert_eq!(st.suppression_horizon, Some(1_000), "{st:?}");
         restored.on_data(batch("two", 3)).await.unwrap();
         assert_eq!(restored.stats().suppression_passed_through, 3);
         restored.close().await.unwrap();

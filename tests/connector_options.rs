@@ -452,7 +452,7 @@ fn sasl_needs_a_mechanism_and_credentials() {
 #[test]
 fn unsupported_passthrough_properties_are_named() {
     for (kind, property) in [
-        (FactoryKind::MessageSource, "kafka.client.rack"),
+        (FactoryKind::MessageSink, "kafka.client.rack"),
         (FactoryKind::MessageSource, "kafka.ssl.keystore.location"),
         (FactoryKind::MessageSource, "kafka.sasl.kerberos.service.name"),
         (FactoryKind::MessageSource, "kafka.session.timeout.ms"),
@@ -473,7 +473,8 @@ fn unsupported_passthrough_properties_are_named() {
         FactoryKind::MessageSource,
         &[
             ("kafka.fetch.wait.max.ms", "50"),
-            ("kafka.isolation.level", "read_committed"),
+            // Not the default (read_committed), so the mapping shows.
+            ("kafka.isolation.level", "read_uncommitted"),
             ("kafka.socket.timeout.ms", "12000"),
             ("kafka.client.id", "from-passthrough"),
             ("kafka.enable.auto.commit", "false"),
@@ -482,7 +483,7 @@ fn unsupported_passthrough_properties_are_named() {
     let o = parse_source(FactoryKind::MessageSource, &p, 0, 1).unwrap();
     let c = o.consumer_config();
     assert_eq!(c.max_wait, std::time::Duration::from_millis(50));
-    assert_eq!(c.isolation, clink_kafka::client::IsolationLevel::ReadCommitted);
+    assert_eq!(c.isolation, clink_kafka::client::IsolationLevel::ReadUncommitted);
     let cc = o.client_config().unwrap();
     assert_eq!(cc.request_timeout, std::time::Duration::from_millis(12000));
     assert_eq!(cc.client_id, "from-passthrough");
@@ -641,6 +642,54 @@ fn each_refused_configuration_is_refused_on_both_backends() {
     let mut tls_on_sasl: Vec<(&str, &str)> = sasl_ok.to_vec();
     tls_on_sasl.push(("ssl_certificate_location", "/client.pem"));
     cases.push((tls_on_sasl, "ssl_certificate_location", true));
+    // Over TLS: settings that could weaken it or run code that rewrites it
+    // (librdkafka would take them verbatim; the native table has none).
+    for property in [
+        "kafka.ssl.cipher.suites",
+        "kafka.ssl.curves.list",
+        "kafka.ssl.sigalgs.list",
+        "kafka.ssl.providers",
+        "kafka.ssl.engine.id",
+        "kafka.plugin.library.paths",
+    ] {
+        cases.push((
+            vec![("security_protocol", "ssl"), (property, "legacy")],
+            property,
+            false,
+        ));
+    }
+    for property in [
+        "kafka.sasl.kerberos.kinit.cmd",
+        "kafka.sasl.oauthbearer.client.secret",
+        "kafka.enable.sasl.oauthbearer.unsecure.jwt",
+    ] {
+        let mut over_sasl: Vec<(&str, &str)> = sasl_ok.to_vec();
+        over_sasl.push((property, "true"));
+        cases.push((over_sasl, property, false));
+    }
+    // The other mechanisms are refused on both, whichever key names them.
+    cases.push((
+        vec![
+            ("security_protocol", "sasl_ssl"),
+            ("kafka.sasl.mechanisms", "OAUTHBEARER"),
+            ("sasl_username", "u"),
+            ("sasl_password", "pw-canary"),
+        ],
+        "kafka.sasl.mechanisms",
+        false,
+    ));
+    // TLS material in the passthrough over a plaintext transport.
+    cases.push((
+        vec![
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "SCRAM-SHA-256"),
+            ("sasl_username", "u"),
+            ("sasl_password", "pw-canary"),
+            ("kafka.ssl.key.password", "pw-canary"),
+        ],
+        "kafka.ssl.key.password",
+        true,
+    ));
     for backend in BACKENDS {
         for kind in ALL {
             for (extra, option, insecure) in &cases {
@@ -660,11 +709,42 @@ fn each_refused_configuration_is_refused_on_both_backends() {
                 assert!(!format!("{e:?}").contains("pw-canary"), "{e:?}");
             }
         }
-        // The passthrough cannot weaken what the alias set up.
-        let mut weaker = sasl_ok.to_vec();
-        weaker.push(("kafka.security.protocol", "plaintext"));
-        let e = build_on(backend, FactoryKind::MessageSink, &weaker).unwrap_err();
-        assert!(matches!(e, ConnectorError::ConflictingOptions { .. }), "{backend}: {e}");
+        // The passthrough cannot weaken what the typed options set up.
+        let sasl_ssl: &[(&str, &str)] = &[
+            ("security_protocol", "sasl_ssl"),
+            ("sasl_mechanism", "SCRAM-SHA-512"),
+            ("sasl_username", "u"),
+            ("sasl_password", "pw-canary"),
+            ("ssl_endpoint_identification_algorithm", "https"),
+            ("enable_ssl_certificate_verification", "true"),
+        ];
+        // (the strong base, the passthrough property, the weaker value)
+        type Weakening<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let weakenings: [Weakening; 7] = [
+            (sasl_ok, "kafka.security.protocol", "plaintext"),
+            (sasl_ssl, "kafka.security.protocol", "sasl_plaintext"),
+            (sasl_ssl, "kafka.security.protocol", "ssl"),
+            (sasl_ssl, "kafka.sasl.mechanism", "PLAIN"),
+            (sasl_ssl, "kafka.sasl.mechanisms", "SCRAM-SHA-256"),
+            (sasl_ssl, "kafka.enable.ssl.certificate.verification", "false"),
+            (sasl_ssl, "kafka.ssl.endpoint.identification.algorithm", "none"),
+        ];
+        if backend == "native" || cfg!(feature = "rdkafka") {
+            build_on(backend, FactoryKind::MessageSink, sasl_ssl).expect("the strong configuration builds");
+        }
+        for (base, property, value) in weakenings {
+            let mut weaker = base.to_vec();
+            weaker.push((property, value));
+            for kind in ALL {
+                let e = build_on(backend, kind, &weaker).unwrap_err();
+                assert!(
+                    matches!(e, ConnectorError::ConflictingOptions { .. }),
+                    "{backend} {kind:?} {property}={value}: {e}"
+                );
+                assert!(e.to_string().contains(property), "{backend}: {e}");
+                assert!(!e.to_string().contains("pw-canary"), "{e}");
+            }
+        }
         // The transactional sink keeps idempotence and acks=all on both.
         let mut two_pc = params(
             FactoryKind::MessageSink,
@@ -708,51 +788,68 @@ fn rdkafka_without_the_feature_is_a_build_error_naming_the_feature() {
     }
 }
 
-/// The named differences of the rdkafka backend (README): this build's
-/// librdkafka has no TLS, SCRAM, gzip or zstd; `kafka.<property>` reaches
-/// librdkafka verbatim, validated by librdkafka when the operator is built.
+/// The rdkafka backend builds every security configuration and codec the
+/// native one does (its librdkafka links OpenSSL, zlib and zstd);
+/// `kafka.<property>` reaches librdkafka verbatim, validated by librdkafka
+/// when the operator is built (a named difference: natively it is refused).
 #[cfg(feature = "rdkafka")]
 #[test]
-fn rdkafka_named_differences_are_refused_at_build_time() {
+fn rdkafka_builds_what_native_builds_and_validates_the_passthrough() {
     let rd = |kind, extra: &[(&str, &str)]| build_on("rdkafka", kind, extra);
     for kind in ALL {
-        for protocol in ["ssl", "sasl_ssl"] {
-            let mut extra = vec![("security_protocol", protocol)];
-            if protocol == "sasl_ssl" {
-                extra.extend([
-                    ("sasl_mechanism", "PLAIN"),
-                    ("sasl_username", "u"),
-                    ("sasl_password", "pw-canary"),
-                ]);
-            }
-            let e = rd(kind, &extra).unwrap_err();
-            assert_eq!(e.option(), Some("security_protocol"), "{e}");
-            assert!(e.to_string().contains("`ssl` feature"), "{e}");
-            assert!(build_on("native", kind, &extra).is_ok(), "native builds {protocol}");
-        }
-        for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
-            let extra = [
-                ("security_protocol", "sasl_plaintext"),
+        let mut configurations: Vec<Vec<(&str, &str)>> = vec![
+            vec![("security_protocol", "ssl")],
+            vec![("security_protocol", "ssl"), ("ssl_ca_location", "/ca.pem")],
+            vec![
+                ("security_protocol", "ssl"),
+                ("ssl_ca_location", "/ca.pem"),
+                ("ssl_certificate_location", "/client.pem"),
+                ("ssl_key_location", "/client.key"),
+                ("ssl_key_password", "pw-canary"),
+                ("ssl_endpoint_identification_algorithm", "none"),
+            ],
+            vec![
+                ("security_protocol", "ssl"),
+                ("enable_ssl_certificate_verification", "false"),
+            ],
+            vec![("security_protocol", "ssl"), ("kafka.ssl.ca.location", "/ca.pem")],
+        ];
+        for (protocol, mechanism) in [
+            ("sasl_plaintext", "PLAIN"),
+            ("sasl_plaintext", "SCRAM-SHA-256"),
+            ("sasl_ssl", "SCRAM-SHA-512"),
+            ("sasl_ssl", "PLAIN"),
+        ] {
+            configurations.push(vec![
+                ("security_protocol", protocol),
                 ("sasl_mechanism", mechanism),
                 ("sasl_username", "u"),
                 ("sasl_password", "pw-canary"),
-            ];
-            let e = rd(kind, &extra).unwrap_err();
-            assert_eq!(e.option(), Some("sasl_mechanism"), "{e}");
-            assert!(!e.to_string().contains("pw-canary"));
+            ]);
+        }
+        for extra in &configurations {
+            rd(kind, extra).unwrap_or_else(|e| panic!("rdkafka {kind:?} {extra:?}: {e}"));
+            build_on("native", kind, extra).unwrap_or_else(|e| panic!("native {kind:?} {extra:?}: {e}"));
         }
         let e = rd(kind, &[("kafka.no.such.property", "1")]).unwrap_err();
         assert_eq!(e.option(), Some("kafka.no.such.property"), "{e}");
         // Verbatim: a librdkafka property the native table does not know.
-        rd(kind, &[("kafka.client.rack", "r1")]).expect("librdkafka takes client.rack");
-        let e = build_on("native", kind, &[("kafka.client.rack", "r1")]).unwrap_err();
-        assert_eq!(e.option(), Some("kafka.client.rack"), "{e}");
+        rd(kind, &[("kafka.socket.keepalive.enable", "true")]).expect("librdkafka takes socket.keepalive.enable");
+        let e = build_on("native", kind, &[("kafka.socket.keepalive.enable", "true")]).unwrap_err();
+        assert_eq!(e.option(), Some("kafka.socket.keepalive.enable"), "{e}");
+        // client.rack (KIP-392) is a consumer setting on both backends.
+        if kind.is_source() {
+            rd(kind, &[("kafka.client.rack", "r1")]).expect("librdkafka takes client.rack");
+            build_on("native", kind, &[("kafka.client.rack", "r1")]).expect("the native consumer takes client.rack");
+        }
+        // Alternative TLS material librdkafka takes verbatim over TLS.
+        rd(
+            kind,
+            &[("security_protocol", "ssl"), ("kafka.ssl.crl.location", "/crl.pem")],
+        )
+        .expect("librdkafka takes ssl.crl.location over TLS");
     }
-    for codec in ["gzip", "zstd"] {
-        let e = rd(FactoryKind::MessageSink, &[("compression", codec)]).unwrap_err();
-        assert_eq!(e.option(), Some("compression"), "{e}");
-    }
-    for codec in ["none", "snappy", "lz4"] {
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
         rd(FactoryKind::MessageSink, &[("compression", codec)]).expect(codec);
     }
     // A bad verbatim value is librdkafka's refusal, naming the property;

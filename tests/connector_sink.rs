@@ -230,7 +230,9 @@ async fn every_factory_name_builds_and_opens() {
         if *name == "kafka_2pc_sink_string" {
             extra.push(("transactional_id", &txn_id));
         }
-        let ctx = BuildContext::new(common::connector::connector_params(&brokers, &topic, &extra)).with_subtask(1, 2);
+        let ctx = BuildContext::new(common::connector::connector_params(&brokers, &topic, &extra))
+            .with_subtask(1, 2)
+            .with_checkpoint(std::env::temp_dir().join(format!("{topic}-checkpoints")), "factories");
         let op = registry.build(name, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
         match op {
             Operator::MessageSource(mut s) => {

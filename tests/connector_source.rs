@@ -541,3 +541,128 @@ async fn drive_runs_until_cancelled_and_snapshots_fall_on_batch_boundaries() {
         .unwrap();
     assert_eq!(row.next_offset, emitter.got.last().unwrap().offset + 1);
 }
+
+/// Every field of every record arrives as produced, on either backend:
+/// keys (and a null key), values (and a null value), headers (several, a
+/// null-valued one, none), explicit timestamps, partitions and offsets;
+/// 1,300 records over two partitions, so a poll is cut by `max.poll.records`
+/// (500) and, on rdkafka, by its 256-message batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_values_headers_and_timestamps_arrive_intact() {
+    use bytes::Bytes;
+    use clink_kafka::client::{Producer, ProducerConfig, ProducerRecord};
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("conn-fields");
+    common::create_topic(&cluster, NewTopic::new(&topic, 2, 1)).await;
+    let n = 1300usize;
+    let record = |i: usize| {
+        let mut r = ProducerRecord::new(topic.as_str(), format!("value-{i}"));
+        r.partition = Some((i % 2) as i32);
+        r.key = (!i.is_multiple_of(7)).then(|| Bytes::from(format!("key-{i}")));
+        if i.is_multiple_of(11) {
+            r.value = None;
+        }
+        r.headers = match i % 3 {
+            0 => vec![],
+            1 => vec![("h1".into(), Some(Bytes::from(format!("v-{i}"))))],
+            _ => vec![
+                ("h1".into(), Some(Bytes::from_static(b""))),
+                ("null".into(), None),
+                ("h3".into(), Some(Bytes::from(vec![0u8, 255, b'x']))),
+            ],
+        };
+        r.timestamp = Some(1_700_000_000_000 + i as i64);
+        r
+    };
+    let producer = Producer::new(cluster.clone(), ProducerConfig::default()).await.unwrap();
+    for i in 0..n {
+        producer.send(record(i)).await.unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).await.unwrap();
+
+    let group = common::unique_topic("g-fields");
+    let mut s = source(
+        &brokers,
+        &topic,
+        &[("group_id", &group), ("auto_offset_reset", "earliest")],
+        0,
+        1,
+    );
+    s.open().await.unwrap();
+    let got = read_n(&mut s, n).await;
+    assert_eq!(got.len(), n, "exactly the records produced");
+    let mut next = [0i64; 2];
+    for m in &got {
+        let p = m.partition as usize;
+        assert!(p < 2, "partition {p}");
+        assert_eq!(m.offset, next[p], "partition {p}: offsets in order, none skipped");
+        let i = (m.offset as usize) * 2 + p;
+        next[p] += 1;
+        let want = record(i);
+        assert_eq!(m.key, want.key, "record {i}: key");
+        assert_eq!(m.payload, want.value, "record {i}: value");
+        assert_eq!(m.timestamp, want.timestamp.unwrap(), "record {i}: timestamp");
+        let headers: Vec<(String, Option<Bytes>)> = m
+            .headers
+            .iter()
+            .map(|h| (String::from_utf8(h.key.to_vec()).unwrap(), h.value.clone()))
+            .collect();
+        assert_eq!(headers, want.headers, "record {i}: headers");
+    }
+    s.close().await.unwrap();
+}
+
+/// Sources read read_committed by default (as librdkafka's consumer):
+/// an aborted transaction never arrives and an open one holds everything
+/// after it back; `kafka.isolation.level=read_uncommitted` sees them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_read_committed_by_default_and_read_uncommitted_opts_out() {
+    use clink_kafka::client::{ProducerConfig, ProducerRecord, TransactionalProducer, TxnConfig};
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("conn-isolation");
+    common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
+    let plain = |v: &str| vec![v.to_owned()];
+    common::connector::produce_values(&cluster, &topic, Some(0), &plain("committed-1")).await;
+    let txn = TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(&topic))
+        .await
+        .unwrap();
+    let send = |v: &'static str| {
+        let mut r = ProducerRecord::new(topic.as_str(), v);
+        r.partition = Some(0);
+        r
+    };
+    txn.begin().unwrap();
+    txn.send(send("aborted")).await.unwrap();
+    txn.flush(Duration::from_secs(30)).await.unwrap();
+    txn.abort().await.unwrap();
+    common::connector::produce_values(&cluster, &topic, Some(0), &plain("committed-2")).await;
+    txn.begin().unwrap();
+    txn.send(send("open")).await.unwrap();
+    txn.flush(Duration::from_secs(30)).await.unwrap();
+    common::connector::produce_values(&cluster, &topic, Some(0), &plain("after-open")).await;
+
+    let read_all = |extra: &'static [(&'static str, &'static str)], n: usize| {
+        let mut s = source(&brokers, &topic, extra, 0, 1);
+        async move {
+            s.open().await.unwrap();
+            let mut got: Vec<String> = read_n(&mut s, n).await.iter().map(text).collect();
+            // Nothing more arrives (bounded: 10 calls of poll_timeout).
+            for _ in 0..10 {
+                let mut more = Vec::new();
+                s.produce(&mut more).await.unwrap();
+                got.extend(more.into_iter().flatten().map(|m| text(&m)));
+            }
+            s.close().await.unwrap();
+            got
+        }
+    };
+    let default = read_all(&[], 2).await;
+    assert_eq!(default, ["committed-1", "committed-2"], "read_committed by default");
+    let explicit = read_all(&[("kafka.isolation.level", "read_committed")], 2).await;
+    assert_eq!(explicit, default);
+    let dirty = read_all(&[("kafka.isolation.level", "read_uncommitted")], 5).await;
+    assert_eq!(dirty, ["committed-1", "aborted", "committed-2", "open", "after-open"]);
+    txn.abort().await.unwrap();
+}

@@ -83,7 +83,7 @@ fn the_spec_examples_build_the_right_factories() {
 #[test]
 fn exactly_once_plans_the_2pc_sink_and_modes_are_checked() {
     let sql = "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
-               mode = 'exactly_once', transactional_id = 'tx')";
+               mode = 'exactly_once', transactional_id = 'tx', receipts_in_memory = 'true')";
     let table = parse_create_table(sql).unwrap();
     let (planned, op) = build_table(&registry(), &table, TableRole::Sink, 1, 3).unwrap();
     assert_eq!(planned.factory, "kafka_2pc_sink_string");
@@ -139,11 +139,14 @@ fn quoted_dotted_keys_reach_the_passthrough() {
                  "kafka.fetch.wait.max.ms" = '50', "kafka.client.rack" = 'eu-central-1a')"#;
     let table = parse_create_table(sql).unwrap();
     assert_eq!(table.options["kafka.client.rack"], "eu-central-1a");
-    // The native consumer has no rack-aware fetching: the property is named
-    // as unsupported rather than ignored.
-    let e = build_table(&r, &table, TableRole::Source, 0, 1).unwrap_err();
+    // The rack reaches the consumer (KIP-392): it builds, and an empty one
+    // is refused by name.
+    build_table(&r, &table, TableRole::Source, 0, 1).expect("kafka.client.rack is the consumer's rack");
+    let sql = r#"CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
+                 "kafka.client.rack" = ' ')"#;
+    let e = build_table(&r, &parse_create_table(sql).unwrap(), TableRole::Source, 0, 1).unwrap_err();
     assert!(
-        matches!(&e, ConnectorError::UnsupportedProperty { property, .. } if property == "kafka.client.rack"),
+        matches!(&e, ConnectorError::InvalidOption { option, .. } if option == "kafka.client.rack"),
         "{e}"
     );
     let sql = r#"CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
@@ -231,7 +234,7 @@ fn backend_in_with_reaches_the_factory() {
     let sql = |backend: &str, mode: &str| {
         let extra = match mode {
             "upsert" => ", primary_key = 'user_id'",
-            "exactly_once" => ", transactional_id = 'tx'",
+            "exactly_once" => ", transactional_id = 'tx', receipts_in_memory = 'true'",
             _ => "",
         };
         format!(

@@ -179,6 +179,8 @@ struct Job {
     secret: Option<String>,
     /// `--checkpoint-every-records N` or `--checkpoint-interval-ms MS`.
     trigger: [String; 2],
+    /// `--expected`: the records the input holds.
+    records: u64,
 }
 
 impl Job {
@@ -188,6 +190,7 @@ impl Job {
             env: Vec::new(),
             secret: None,
             trigger: ["--checkpoint-every-records".into(), CHECKPOINT_EVERY.to_string()],
+            records: RECORDS,
         }
     }
 }
@@ -222,7 +225,7 @@ fn run_copy(job: &Job, from: &str, to: &str, state: &Path, txn_id: &str, fault: 
         .arg(state)
         .args(["--transactional-id", txn_id])
         .args(&job.trigger)
-        .args(["--until-idle-ms", "5000", "--expected", &RECORDS.to_string()])
+        .args(["--until-idle-ms", "5000", "--expected", &job.records.to_string()])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
@@ -256,22 +259,35 @@ fn run_copy(job: &Job, from: &str, to: &str, state: &Path, txn_id: &str, fault: 
 
 /// `copy-done records=N checkpoints=C ...` → (records, checkpoints).
 fn done_line(stdout: &str) -> Option<(u64, u64)> {
-    let line = stdout.lines().find(|l| l.starts_with("copy-done "))?;
-    let field = |name: &str| {
-        line.split_whitespace()
-            .find_map(|f| f.strip_prefix(name))
-            .and_then(|v| v.parse().ok())
-    };
-    Some((field("records=")?, field("last-checkpoint=")?))
+    Some((done_field(stdout, "records")?, done_field(stdout, "last-checkpoint")?))
 }
 
-async fn fill_input(cluster: &Cluster, topic: &str) -> Vec<String> {
-    common::create_topic(cluster, NewTopic::new(topic, PARTITIONS, 1)).await;
+/// A `name=` field of the `copy-done` line.
+fn done_field(stdout: &str, name: &str) -> Option<u64> {
+    let line = stdout.lines().find(|l| l.starts_with("copy-done "))?;
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+}
+
+async fn fill_input(cluster: &Cluster, topic: &str, partitions: i32) -> Vec<String> {
+    fill_input_with(cluster, topic, partitions, RECORDS).await
+}
+
+async fn fill_input_with(cluster: &Cluster, topic: &str, partitions: i32, records: u64) -> Vec<String> {
+    common::create_topic(cluster, NewTopic::new(topic, partitions, 1)).await;
     let producer = Producer::new(cluster.clone(), ProducerConfig::default()).await.unwrap();
     let mut futures = Vec::new();
     let mut values = Vec::new();
-    for i in 0..RECORDS {
-        let p = (i % PARTITIONS as u64) as i32;
+    // Strictly increasing timestamps (1 ms apart, ending now): event time
+    // for the copy job's watermarks, exact for replay suppression.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let base = now_ms - records as i64;
+    for i in 0..records {
+        let p = (i % partitions as u64) as i32;
         let value = format!("{p}-{i}");
         values.push(value.clone());
         futures.push(
@@ -279,7 +295,8 @@ async fn fill_input(cluster: &Cluster, topic: &str) -> Vec<String> {
                 .send(
                     ProducerRecord::new(topic, value)
                         .with_key(format!("k{i}"))
-                        .with_partition(p),
+                        .with_partition(p)
+                        .with_timestamp(base + i as i64),
                 )
                 .await
                 .unwrap(),
@@ -327,6 +344,46 @@ fn multiset_difference(expected: &[String], got: &[String]) -> Option<String> {
     ))
 }
 
+/// After a run that ended at checkpoint `last`: the state dir holds only
+/// `last`'s state and markers, and the job's receipt directory
+/// (`_jobs/<job>/receipts`) only `last`'s receipts (one per subtask at
+/// most): everything below was pruned.
+fn pruned_to_the_last_checkpoint(state: &Path, last: u64, parallelism: u32) -> Result<(), String> {
+    let names = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        v.sort();
+        v
+    };
+    let left = names(state);
+    let want = [
+        format!("COMPLETED-{last}"),
+        format!("CONFIRMED-{last}"),
+        "_jobs".to_owned(),
+        format!("chk-{last}.state"),
+    ];
+    if left != want {
+        return Err(format!(
+            "the state dir holds {left:?} after the run, not {want:?} (pruning)"
+        ));
+    }
+    let jobs = names(&state.join("_jobs"));
+    let [job] = jobs.as_slice() else {
+        return Err(format!("_jobs holds {jobs:?}, not one job"));
+    };
+    let receipts = names(&state.join("_jobs").join(job).join("receipts"));
+    let stale: Vec<&String> = receipts.iter().filter(|n| !n.ends_with(&format!("-{last}"))).collect();
+    if !stale.is_empty() || receipts.len() > parallelism as usize {
+        return Err(format!(
+            "receipts left: {receipts:?}, not only the last checkpoint's (at most one per subtask)"
+        ));
+    }
+    Ok(())
+}
+
 /// Runs one scenario; `Err` describes what went wrong.
 async fn scenario(
     job: &Job,
@@ -355,7 +412,7 @@ async fn scenario(
                 run.status, run.stderr
             ));
         }
-        let point = fault.split(':').next().unwrap();
+        let point = fault.split([':', '@']).next().unwrap();
         if !run.stderr.contains(&format!("copy: fault {point}:")) {
             return Err(format!(
                 "fault {fault}: killed, but not by the fault point; stderr:\n{}",
@@ -374,6 +431,7 @@ async fn scenario(
             env: Vec::new(),
             secret: None,
             trigger: job.trigger.clone(),
+            records: job.records,
         };
         let run = run_copy(&nowhere, input, &out, &state, &txn_id, None, &log(&mut step));
         if run.status.code() != Some(1) || !run.stderr.contains("completed but unconfirmed checkpoint 2") {
@@ -416,31 +474,7 @@ async fn scenario(
             return Err(format!("the first restart did not say {want:?}; stderr:\n{stderr}"));
         }
     }
-    let mut left: Vec<String> = std::fs::read_dir(&state)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    left.sort();
-    let want = [
-        format!("COMPLETED-{checkpoints}"),
-        format!("CONFIRMED-{checkpoints}"),
-        format!("chk-{checkpoints}.state"),
-        "receipts".to_owned(),
-    ];
-    if left != want {
-        return Err(format!(
-            "the state dir holds {left:?} after the run, not {want:?} (pruning)"
-        ));
-    }
-    let receipts: Vec<String> = std::fs::read_dir(state.join("receipts"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("sub0-") && !n.ends_with(".unresolved"))
-        .collect();
-    if receipts != [format!("sub0-{checkpoints}")] {
-        return Err(format!("receipts left: {receipts:?}, not only the last checkpoint's"));
-    }
+    pruned_to_the_last_checkpoint(&state, checkpoints, 1)?;
     if let Some(secret) = &job.secret {
         let leaked = files_containing(&work, secret);
         if !leaked.is_empty() {
@@ -458,7 +492,7 @@ async fn scenario(
 async fn every_fault_point(job: &Job, config: ClientConfig, tag: &str, only: Option<&[&str]>) {
     let cluster = common::cluster(config).await;
     let input = common::unique_topic(&format!("eo-{tag}-in"));
-    let expected = fill_input(&cluster, &input).await;
+    let expected = fill_input(&cluster, &input, PARTITIONS).await;
     let mut failures = Vec::new();
     for s in SCENARIOS.iter().filter(|s| only.is_none_or(|o| o.contains(&s.name))) {
         match scenario(job, &cluster, &input, &expected, s, tag).await {
@@ -489,9 +523,9 @@ async fn copy_is_exactly_once_across_sigkill_at_every_fault_point_tv1() {
     every_fault_point(&Job::plaintext(&brokers), common::config(&brokers), "tv1", None).await;
 }
 
-/// Over SCRAM-SHA-512 (PLAIN on the rdkafka backend, whose librdkafka has
-/// no SCRAM): the source, the sink and the restore-time resolver all
-/// authenticate; the password reaches no state file, receipt or log.
+/// Over SCRAM-SHA-512 (on both backends): the source, the sink and the
+/// restore-time resolver all authenticate; the password reaches no state
+/// file, receipt or log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_over_sasl_resolves_and_never_writes_the_password() {
     let Some(sasl) = common::sasl() else { return };
@@ -511,6 +545,7 @@ async fn copy_over_sasl_resolves_and_never_writes_the_password() {
         env: vec![("CLINK_COPY_TEST_SASL_PASSWORD".into(), sasl.password.clone())],
         secret: Some(sasl.password.clone()),
         trigger: ["--checkpoint-every-records".into(), CHECKPOINT_EVERY.to_string()],
+        records: RECORDS,
     };
     let mut config = sasl.config(SaslMechanism::ScramSha512, &sasl.password);
     config.request_timeout = Duration::from_secs(15);
@@ -545,30 +580,8 @@ async fn copy_over_mtls_resolves_and_never_writes_the_key_password() {
         env: vec![("CLINK_COPY_TEST_KEY_PASSWORD".into(), tls.key_password.clone())],
         secret: Some(tls.key_password.clone()),
         trigger: ["--checkpoint-every-records".into(), CHECKPOINT_EVERY.to_string()],
+        records: RECORDS,
     };
-    if common::connector::on_rdkafka() {
-        // A named difference: this build's librdkafka has no TLS. The job
-        // is refused before it touches a topic.
-        let dir = std::env::temp_dir().join(common::unique_topic("eo-mtls-rdkafka"));
-        let log = dir.with_extension("log");
-        let run = run_copy(
-            &job,
-            "eo-never-read",
-            "eo-never-written",
-            &dir,
-            "eo-mtls-rdkafka",
-            None,
-            &log,
-        );
-        assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
-        assert!(
-            run.stderr.contains("security_protocol") && run.stderr.contains("backend 'rdkafka'"),
-            "{}",
-            run.stderr
-        );
-        assert!(!run.stderr.contains(&tls.key_password), "{}", run.stderr);
-        return;
-    }
     let config = common::config(&tls.mtls_brokers).with_tls(tls.mutual());
     every_fault_point(&job, config, "mtls", Some(&["after-completed", "after-end-txn"])).await;
 }
@@ -604,4 +617,526 @@ fn an_unknown_fault_point_is_refused_naming_the_allowed_ones() {
         err.contains("after-lunch") && err.contains("after-completed") && err.contains("mid-batch"),
         "{err}"
     );
+}
+
+/// Input of the parallel runs, and records per checkpoint (a poll round
+/// hands over at most 100 records per subtask, so a checkpoint spans at
+/// least five rounds: every subtask with records left has some in every
+/// checkpoint, which its sink-side points need). Thirty checkpoints per full copy; each kill uses
+/// up at most about one, so every kill of the chain still finds records.
+const PARALLEL_RECORDS: u64 = 60_000;
+const PARALLEL_CHECKPOINT_EVERY: u64 = 2_000;
+
+/// One job killed at every fault point of every subtask in turn: the
+/// coordinator points once, then for each subtask i its own points, each
+/// restart recovering from the previous kill (`after-resolve@i` and
+/// `after-recovery-open@i` fire inside the restore of the checkpoint that
+/// `after-completed` left unconfirmed). The highest subtask goes first: over
+/// 7 partitions at parallelism 4 it owns one partition, whose records run
+/// out first.
+fn every_subtask_in_turn(parallelism: u32) -> Vec<String> {
+    let mut faults = vec!["after-state-written:1".to_owned(), "after-confirmed:1".to_owned()];
+    for i in (0..parallelism).rev() {
+        faults.extend([
+            format!("mid-batch:2@{i}"),
+            format!("after-barrier:1@{i}"),
+            "after-completed:1".to_owned(),
+            format!("after-resolve@{i}"),
+            format!("after-recovery-open@{i}"),
+            format!("after-end-txn:1@{i}"),
+            format!("after-commit:1@{i}"),
+        ]);
+    }
+    faults
+}
+
+/// `copy --parallelism N` over `partitions` partitions, killed at every
+/// fault point of every subtask in turn, restarted to exit 0; the output
+/// read by Kafka's Java console consumer (read_committed) and by ours holds
+/// every input record exactly once.
+async fn parallel_every_subtask_in_turn(brokers: &str, partitions: i32, parallelism: u32, tag: &str) {
+    let cluster = common::cluster(common::config(brokers)).await;
+    let input = common::unique_topic(&format!("eo-par-{tag}-in"));
+    let expected = fill_input_with(&cluster, &input, partitions, PARALLEL_RECORDS).await;
+    let out = common::unique_topic(&format!("eo-par-{tag}-out"));
+    common::create_topic(&cluster, NewTopic::new(&out, partitions, 1)).await;
+    let work = std::env::temp_dir().join(format!("{out}-work"));
+    let state = work.join("state");
+    std::fs::create_dir_all(&work).unwrap();
+    let txn_id = format!("{out}-txn");
+    let mut job = Job::plaintext(brokers);
+    job.args
+        .extend(["--parallelism", &parallelism.to_string(), "--max-batch-records", "100"].map(str::to_owned));
+    job.trigger = [
+        "--checkpoint-every-records".into(),
+        PARALLEL_CHECKPOINT_EVERY.to_string(),
+    ];
+    job.records = PARALLEL_RECORDS;
+    let faults = every_subtask_in_turn(parallelism);
+    let started = Instant::now();
+    let mut runs = 0;
+    for fault in &faults {
+        runs += 1;
+        let run = run_copy(
+            &job,
+            &input,
+            &out,
+            &state,
+            &txn_id,
+            Some(fault),
+            &work.join(format!("run-{runs}")),
+        );
+        let point = fault.split([':', '@']).next().unwrap();
+        assert!(
+            run.status.signal() == Some(9) && run.stderr.contains(&format!("copy: fault {point}:")),
+            "{tag}: fault {fault} (run {runs}): expected death by SIGKILL at the fault point, got {:?}; stderr:\n{}",
+            run.status,
+            run.stderr
+        );
+    }
+    let (records, last) = loop {
+        runs += 1;
+        let run = run_copy(
+            &job,
+            &input,
+            &out,
+            &state,
+            &txn_id,
+            None,
+            &work.join(format!("run-{runs}")),
+        );
+        if run.status.success() {
+            break done_line(&run.stdout).expect("a copy-done line");
+        }
+        assert!(
+            runs < faults.len() + MAX_RESTARTS as usize,
+            "{tag}: no exit 0 after the kills; last {:?}, stderr:\n{}",
+            run.status,
+            run.stderr
+        );
+    };
+    assert_eq!(records, PARALLEL_RECORDS, "{tag}: records the job reports");
+    let ours = common::read_committed_values(&cluster, &out, partitions, PARALLEL_RECORDS as usize).await;
+    if let Some(diff) = multiset_difference(&expected, &ours) {
+        panic!("{tag}: our read_committed view of {out}: {diff}");
+    }
+    if let Some(java) = common::java_read_committed(brokers, &out, PARALLEL_RECORDS as usize + 1, 10_000) {
+        if let Some(diff) = multiset_difference(&expected, &java) {
+            panic!("{tag}: the Java console consumer's read_committed view of {out}: {diff}");
+        }
+        eprintln!(
+            "{tag}: the Java console consumer read {} records, each once",
+            java.len()
+        );
+    }
+    if let Err(e) = pruned_to_the_last_checkpoint(&state, last, parallelism) {
+        panic!("{tag}: {e}");
+    }
+    eprintln!(
+        "{tag}: parallelism {parallelism} over {partitions} partitions: {} kills, {runs} runs, last checkpoint \
+         {last}, {PARALLEL_RECORDS} records checked: 0 duplicates, 0 losses ({:.0?})",
+        faults.len(),
+        started.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_at_parallelism_4_over_4_partitions_survives_every_subtask_kill_tv2() {
+    let Some(brokers) = common::brokers() else { return };
+    parallel_every_subtask_in_turn(&brokers, 4, 4, "p4x4-tv2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_at_parallelism_4_over_7_partitions_survives_every_subtask_kill_tv2() {
+    let Some(brokers) = common::brokers() else { return };
+    parallel_every_subtask_in_turn(&brokers, 7, 4, "p4x7-tv2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_at_parallelism_4_over_4_partitions_survives_every_subtask_kill_tv1() {
+    let Some(brokers) = common::tv1_brokers() else { return };
+    parallel_every_subtask_in_turn(&brokers, 4, 4, "p4x4-tv1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_at_parallelism_4_over_7_partitions_survives_every_subtask_kill_tv1() {
+    let Some(brokers) = common::tv1_brokers() else { return };
+    parallel_every_subtask_in_turn(&brokers, 7, 4, "p4x7-tv1").await;
+}
+
+/// The reference's named recovery scenarios, at parallelism 4 over 4
+/// partitions (each its own test below).
+struct Recovery<'a> {
+    tag: &'a str,
+    faults: &'static [&'static str],
+    /// Subtasks whose transactional id another producer takes after the
+    /// kills (InitProducerId fences the dead producer and aborts its
+    /// prepared transaction: a final "not committed").
+    fence: &'static [u32],
+    /// One restart against a port nobody listens on, which must be held.
+    unreachable: bool,
+    /// What the first successful restart must say.
+    says: &'static [&'static str],
+    /// `--replay-suppression`; with `false` the replay of the receipted
+    /// subtasks' records must show up as duplicates (none lost).
+    replay_suppression: bool,
+    /// The restart must report records swallowed by replay suppression.
+    suppresses: bool,
+}
+
+async fn recovery_scenario(brokers: &str, version: &str, r: &Recovery<'_>) {
+    let started = Instant::now();
+    const PARALLELISM: u32 = 4;
+    const PARTITIONS: i32 = 4;
+    let cluster = common::cluster(common::config(brokers)).await;
+    let tag = format!("{}-{version}", r.tag);
+    let r = &Recovery { tag: &tag, ..*r };
+    let input = common::unique_topic(&format!("eo-rec-{}-in", r.tag));
+    let expected = fill_input(&cluster, &input, PARTITIONS).await;
+    let out = common::unique_topic(&format!("eo-rec-{}-out", r.tag));
+    common::create_topic(&cluster, NewTopic::new(&out, PARTITIONS, 1)).await;
+    let work = std::env::temp_dir().join(format!("{out}-work"));
+    let state = work.join("state");
+    std::fs::create_dir_all(&work).unwrap();
+    let txn_id = format!("{out}-txn");
+    let mut job = Job::plaintext(brokers);
+    job.args
+        .extend(["--parallelism", &PARALLELISM.to_string(), "--max-batch-records", "250"].map(str::to_owned));
+    job.args.extend(
+        [
+            "--replay-suppression",
+            if r.replay_suppression { "true" } else { "false" },
+        ]
+        .map(str::to_owned),
+    );
+    job.trigger = ["--checkpoint-every-records".into(), "2500".into()];
+    let mut runs = 0;
+    let mut log = || {
+        runs += 1;
+        work.join(format!("run-{runs}"))
+    };
+    for fault in r.faults {
+        let run = run_copy(&job, &input, &out, &state, &txn_id, Some(fault), &log());
+        let point = fault.split([':', '@']).next().unwrap();
+        assert!(
+            run.status.signal() == Some(9) && run.stderr.contains(&format!("copy: fault {point}:")),
+            "{}: fault {fault}: expected death by SIGKILL at the fault point, got {:?}; stderr:\n{}",
+            r.tag,
+            run.status,
+            run.stderr
+        );
+    }
+    for i in r.fence {
+        fence(&cluster, &format!("{txn_id}-{i}")).await;
+    }
+    if r.unreachable {
+        let mut nowhere = Job::plaintext("127.0.0.1:1");
+        nowhere
+            .args
+            .extend(["--parallelism", "4", "--resolve-unreachable-after-ms", "2000"].map(str::to_owned));
+        let run = run_copy(&nowhere, &input, &out, &state, &txn_id, None, &log());
+        assert!(
+            run.status.code() == Some(1) && run.stderr.contains("completed but unconfirmed checkpoint 2"),
+            "{}: a restore that cannot reach the broker must be held (exit 1); got {:?}; stderr:\n{}",
+            r.tag,
+            run.status,
+            run.stderr
+        );
+        // Every unreceipted handle was marked before anything could fence it.
+        let receipts = std::fs::read_dir(state.join("_jobs"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join("receipts");
+        for i in 1..PARALLELISM {
+            let marker = receipts.join(format!("sub{i}-2.unresolved"));
+            let text = std::fs::read_to_string(&marker).unwrap_or_default();
+            assert!(
+                text.contains("final=false"),
+                "{}: {} holds {text:?}",
+                r.tag,
+                marker.display()
+            );
+        }
+    }
+    let run = run_copy(&job, &input, &out, &state, &txn_id, None, &log());
+    assert!(
+        run.status.success(),
+        "{}: the restart failed: {:?}\n{}",
+        r.tag,
+        run.status,
+        run.stderr
+    );
+    for want in r.says {
+        assert!(
+            run.stderr.contains(want),
+            "{}: the restart did not say {want:?}:\n{}",
+            r.tag,
+            run.stderr
+        );
+    }
+    let (records, last) = done_line(&run.stdout).expect("a copy-done line");
+    assert_eq!(records, RECORDS, "{}", r.tag);
+    let suppressed = done_field(&run.stdout, "suppressed").expect("suppressed= in the copy-done line");
+    assert_eq!(
+        done_field(&run.stdout, "unjudged"),
+        Some(0),
+        "{}: every record has a timestamp",
+        r.tag
+    );
+    assert_eq!(
+        r.suppresses,
+        suppressed > 0,
+        "{}: {suppressed} records suppressed; stderr:\n{}",
+        r.tag,
+        run.stderr
+    );
+    let read_started = Instant::now();
+    if !r.replay_suppression {
+        // Reads to the end (every transaction settled), past RECORDS.
+        let ours = common::read_committed_values(&cluster, &out, PARTITIONS, RECORDS as usize).await;
+        let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
+        for v in &ours {
+            *seen.entry(v.as_str()).or_default() += 1;
+        }
+        let missing = expected.iter().filter(|v| !seen.contains_key(v.as_str())).count();
+        let duplicates = ours.len() as u64 - seen.len() as u64;
+        assert_eq!(
+            (missing, seen.len()),
+            (0, expected.len()),
+            "{}: lost or foreign records",
+            r.tag
+        );
+        assert!(
+            duplicates > 0,
+            "{}: with replay suppression off the receipted subtasks' replay must be published again",
+            r.tag
+        );
+        eprintln!(
+            "{}: replay_suppression=false: {duplicates} duplicates, 0 losses ({:.0?})",
+            r.tag,
+            started.elapsed()
+        );
+        let _ = std::fs::remove_dir_all(&work);
+        return;
+    }
+    let ours = common::read_committed_values(&cluster, &out, PARTITIONS, RECORDS as usize).await;
+    eprintln!("{}: read_committed settled after {:?}", r.tag, read_started.elapsed());
+    if let Some(diff) = multiset_difference(&expected, &ours) {
+        panic!("{}: our read_committed view: {diff}", r.tag);
+    }
+    if let Some(java) = common::java_read_committed(brokers, &out, RECORDS as usize + 1, 20_000) {
+        if let Some(diff) = multiset_difference(&expected, &java) {
+            panic!("{}: the Java console consumer's read_committed view: {diff}", r.tag);
+        }
+    }
+    if let Err(e) = pruned_to_the_last_checkpoint(&state, last, PARALLELISM) {
+        panic!("{}: {e}", r.tag);
+    }
+    eprintln!(
+        "{}: {} kills, {RECORDS} records checked, {suppressed} replayed records suppressed: 0 duplicates, 0 \
+         losses ({:.0?})",
+        r.tag,
+        r.faults.len(),
+        started.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// An ack-window kill (subtask 1's EndTxn acknowledged, no receipt;
+/// subtask 0 receipted, 2 and 3 still prepared), then a restore that cannot
+/// reach the broker: held, every unreceipted handle marked, nothing fenced;
+/// the next restore resolves them all (subtask 1's by DescribeTransactions)
+/// before any init fences them.
+const ORPHAN_BEFORE_FENCE: Recovery<'static> = Recovery {
+    tag: "orphan-before-fence",
+    faults: &["after-end-txn:2@1"],
+    fence: &[],
+    unreachable: true,
+    says: &["restored from checkpoint 2: its commit is confirmed now (resolved by receipt: 1, over the wire: 3)"],
+    replay_suppression: true,
+    suppresses: false,
+};
+
+/// Subtasks 0 and 1 committed checkpoint 2 (receipted), then the process
+/// died; subtask 3's prepared transaction is fenced by another producer
+/// while the job is down. The restore's walk proves 0 and 1 by receipt,
+/// commits 2 over the wire, finds 3 not committed: checkpoint 2 is
+/// abandoned, the job falls back to checkpoint 1, and the sinks of 0, 1
+/// and 2 swallow the replay of their committed records by the receipts'
+/// watermark horizon (counted > 0; 0 duplicates).
+const FENCED_PARTIAL: Recovery<'static> = Recovery {
+    tag: "fenced-partial",
+    faults: &["after-commit:2@1"],
+    fence: &[3],
+    unreachable: false,
+    says: &[
+        "checkpoint 2's transaction is not committed and cannot be: restoring from confirmed checkpoint 1",
+        "a mixed verdict: subtask(s) [0, 1, 2] committed checkpoint 2",
+        "replay suppression armed at subtask 0",
+        "replay suppression armed at subtask 2",
+    ],
+    replay_suppression: true,
+    suppresses: true,
+};
+
+/// Subtask 1's commit executed but its receipt was never written (killed
+/// in the ack window); subtask 3's transaction is fenced. The walk probes
+/// every handle: subtask 1's commit is proven over the wire and its receipt
+/// materialised (with the horizon its staged row carries) before the mixed
+/// fallback, so its interval is suppressed on replay, not published twice.
+const UNRECEIPTED_MIXED: Recovery<'static> = Recovery {
+    tag: "unreceipted-mixed",
+    faults: &["after-end-txn:2@1"],
+    fence: &[3],
+    unreachable: false,
+    says: &[
+        "a mixed verdict: subtask(s) [0, 1, 2] committed checkpoint 2",
+        "replay suppression armed at subtask 1",
+    ],
+    replay_suppression: true,
+    suppresses: true,
+};
+
+/// The coordinator and every worker die together (one process) with
+/// checkpoint 2 COMPLETED and no commit sent; its state directory survives.
+/// The restarted coordinator's walk commits every subtask's orphaned
+/// transaction over the wire and confirms it: nothing replayed.
+const COORDINATOR_RESTART: Recovery<'static> = Recovery {
+    tag: "coordinator-restart",
+    faults: &["after-completed:2"],
+    fence: &[],
+    unreachable: false,
+    says: &["restored from checkpoint 2: its commit is confirmed now (resolved by receipt: 0, over the wire: 4)"],
+    replay_suppression: true,
+    suppresses: false,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_commit_is_resolved_before_fencing() {
+    let Some(brokers) = common::brokers() else { return };
+    recovery_scenario(&brokers, "tv2", &ORPHAN_BEFORE_FENCE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_commit_is_resolved_before_fencing_tv1() {
+    let Some(brokers) = common::tv1_brokers() else { return };
+    recovery_scenario(&brokers, "tv1", &ORPHAN_BEFORE_FENCE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_partial_commit_falls_back_without_duplicates() {
+    let Some(brokers) = common::brokers() else { return };
+    recovery_scenario(&brokers, "tv2", &FENCED_PARTIAL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_partial_commit_falls_back_without_duplicates_tv1() {
+    let Some(brokers) = common::tv1_brokers() else { return };
+    recovery_scenario(&brokers, "tv1", &FENCED_PARTIAL).await;
+}
+
+/// The same fenced partial commit with `--replay-suppression false`: the
+/// fallback's replay publishes the receipted subtasks' records again
+/// (duplicates, none lost): what the option's default prevents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_partial_commit_without_replay_suppression_duplicates() {
+    let Some(brokers) = common::brokers() else { return };
+    let off = Recovery {
+        tag: "fenced-partial-off",
+        says: &["a mixed verdict: subtask(s) [0, 1, 2] committed checkpoint 2"],
+        replay_suppression: false,
+        suppresses: false,
+        ..FENCED_PARTIAL
+    };
+    recovery_scenario(&brokers, "tv2", &off).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreceipted_commit_in_a_mixed_verdict_is_not_replayed() {
+    let Some(brokers) = common::brokers() else { return };
+    recovery_scenario(&brokers, "tv2", &UNRECEIPTED_MIXED).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreceipted_commit_in_a_mixed_verdict_is_not_replayed_tv1() {
+    let Some(brokers) = common::tv1_brokers() else { return };
+    recovery_scenario(&brokers, "tv1", &UNRECEIPTED_MIXED).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_broker_transaction_is_committed_across_a_coordinator_restart() {
+    let Some(brokers) = common::brokers() else { return };
+    recovery_scenario(&brokers, "tv2", &COORDINATOR_RESTART).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_broker_transaction_is_committed_across_a_coordinator_restart_tv1() {
+    let Some(brokers) = common::tv1_brokers() else { return };
+    recovery_scenario(&brokers, "tv1", &COORDINATOR_RESTART).await;
+}
+
+/// `copy --guarantee at-least-once` (the comparison for the price of exactly
+/// once): the same job through the plain idempotent sink. Killed after a
+/// barrier at subtask 2 and restarted, every input record is in the output
+/// at least once (the replay may duplicate: that is the guarantee's price
+/// the other way round); the first clean run alone copies it exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_at_least_once_loses_nothing_across_a_kill() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let input = common::unique_topic("eo-alo-in");
+    let expected = fill_input(&cluster, &input, PARTITIONS).await;
+    let out = common::unique_topic("eo-alo-out");
+    common::create_topic(&cluster, NewTopic::new(&out, PARTITIONS, 1)).await;
+    let work = std::env::temp_dir().join(format!("{out}-work"));
+    let state = work.join("state");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut job = Job::plaintext(&brokers);
+    job.args.extend(
+        [
+            "--parallelism",
+            "3",
+            "--guarantee",
+            "at-least-once",
+            "--max-batch-records",
+            "250",
+        ]
+        .map(str::to_owned),
+    );
+    let txn_id = format!("{out}-job");
+    let run = run_copy(
+        &job,
+        &input,
+        &out,
+        &state,
+        &txn_id,
+        Some("after-barrier:2@2"),
+        &work.join("run-1"),
+    );
+    assert_eq!(run.status.signal(), Some(9), "{}", run.stderr);
+    let run = run_copy(&job, &input, &out, &state, &txn_id, None, &work.join("run-2"));
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("restored from confirmed checkpoint 1"),
+        "{}",
+        run.stderr
+    );
+    let got = common::read_committed_values(&cluster, &out, PARTITIONS, RECORDS as usize).await;
+    let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
+    for v in &got {
+        *seen.entry(v.as_str()).or_default() += 1;
+    }
+    let missing = expected.iter().filter(|v| !seen.contains_key(v.as_str())).count();
+    assert_eq!(missing, 0, "at least once: {missing} records lost of {RECORDS}");
+    assert_eq!(seen.len(), expected.len(), "no foreign records");
+    eprintln!(
+        "at-least-once: {} records read for {RECORDS} input, {} duplicates from the replay",
+        got.len(),
+        got.len() - expected.len()
+    );
+    let _ = std::fs::remove_dir_all(&work);
 }

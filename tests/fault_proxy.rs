@@ -25,15 +25,7 @@ const PARTITIONS: i32 = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_survives_cut_connections_without_duplicates_or_reordering() {
     let Some(brokers) = common::brokers() else { return };
-    let seed = std::env::var("CLINK_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            let mut b = [0u8; 8];
-            getrandom::fill(&mut b).unwrap();
-            u64::from_le_bytes(b)
-        });
-    eprintln!("fault proxy seed: {seed} (CLINK_FAULT_SEED={seed} replays this run)");
+    let seed = common::proxy::fault_seed();
 
     let direct = common::cluster(common::config(&brokers)).await;
     let topic = common::unique_topic("faults");

@@ -22,32 +22,37 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 const TOPIC: &str = "hostile";
 const LOG_LEN: i64 = 40;
 
-/// Batches of 4 records from `from` to the end of the log, lz4 every
-/// other one.
+/// The batch of 4 records holding `offset` (lz4 every other one).
+fn batch_at(offset: i64, out: &mut BytesMut) {
+    let base = offset - offset % 4;
+    let values: Vec<String> = (base..base + 4).map(|o| format!("value-{o}")).collect();
+    let records: Vec<RecordOut<'_>> = values
+        .iter()
+        .map(|v| RecordOut {
+            timestamp: 1,
+            key: None,
+            value: Some(v.as_bytes()),
+            headers: &[],
+        })
+        .collect();
+    let meta = BatchMeta {
+        base_offset: base,
+        compression: if base % 8 == 0 {
+            Compression::Lz4
+        } else {
+            Compression::None
+        },
+        ..BatchMeta::default()
+    };
+    RecordBatchEncoder::new().encode(out, &meta, &records).unwrap();
+}
+
+/// Batches of 4 records from `from` to the end of the log.
 fn log_from(from: i64) -> Bytes {
     let mut out = BytesMut::new();
     let mut base = from - from % 4;
     while base < LOG_LEN {
-        let values: Vec<String> = (base..base + 4).map(|o| format!("value-{o}")).collect();
-        let records: Vec<RecordOut<'_>> = values
-            .iter()
-            .map(|v| RecordOut {
-                timestamp: 1,
-                key: None,
-                value: Some(v.as_bytes()),
-                headers: &[],
-            })
-            .collect();
-        let meta = BatchMeta {
-            base_offset: base,
-            compression: if base % 8 == 0 {
-                Compression::Lz4
-            } else {
-                Compression::None
-            },
-            ..BatchMeta::default()
-        };
-        RecordBatchEncoder::new().encode(&mut out, &meta, &records).unwrap();
+        batch_at(base, &mut out);
         base += 4;
     }
     out.freeze()
@@ -238,4 +243,268 @@ async fn broker_throttling_is_honoured_up_to_the_cap() {
         capped >= 3,
         "{capped} fetches in 1.2 s: a 60 s throttle was not capped at max_throttle = 100 ms"
     );
+}
+
+/// What the session-keeping peer saw in one Fetch request.
+#[derive(Clone, Debug)]
+struct SeenFetch {
+    session_id: i32,
+    epoch: i32,
+    /// (partition, fetch offset) listed.
+    listed: Vec<(i32, i64)>,
+    /// The peer's answer: a top-level error code (0 for none).
+    answered_error: i16,
+}
+
+/// A broker's side of KIP-227, as strict as Kafka's `FetchSessionCache`:
+/// epoch 0 opens a new session (a fresh id), an incremental request must
+/// carry the session's id and exactly the next epoch, and the session's
+/// partitions are updated from what is listed and forgotten. On the
+/// requests numbered in `inject` it answers that top-level error instead
+/// and drops the session, as a broker that evicted it does. Each answer
+/// carries one batch (4 records) per partition that has data.
+struct SessionBroker {
+    id: i32,
+    next_epoch: i32,
+    next_id: i32,
+    partitions: std::collections::BTreeMap<i32, i64>,
+    inject: Vec<(usize, i16)>,
+    seen: Vec<SeenFetch>,
+    /// Requests a real broker would have refused, with why.
+    violations: Vec<String>,
+}
+
+impl SessionBroker {
+    fn answer(&mut self, req: &FetchRequest) -> FetchResponse {
+        let listed: Vec<(i32, i64)> = req
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+            .collect();
+        let n = self.seen.len();
+        let mut seen = SeenFetch {
+            session_id: req.session_id,
+            epoch: req.session_epoch,
+            listed: listed.clone(),
+            answered_error: 0,
+        };
+        let mut resp = FetchResponse::default();
+        if let Some(&(_, code)) = self.inject.iter().find(|(at, _)| *at == n) {
+            self.id = 0;
+            self.partitions.clear();
+            resp.error_code = code;
+            seen.answered_error = code;
+            self.seen.push(seen);
+            return resp;
+        }
+        let full = req.session_epoch <= 0;
+        if full {
+            self.partitions = listed.iter().copied().collect();
+            if req.session_epoch == 0 {
+                self.id = self.next_id;
+                self.next_id += 1;
+                self.next_epoch = 1;
+            } else {
+                self.id = 0;
+            }
+        } else {
+            if self.id == 0 || req.session_id != self.id {
+                self.violations.push(format!(
+                    "request {n}: session {} is not open (open: {})",
+                    req.session_id, self.id
+                ));
+            } else if req.session_epoch != self.next_epoch {
+                self.violations.push(format!(
+                    "request {n}: epoch {} where {} was due",
+                    req.session_epoch, self.next_epoch
+                ));
+            }
+            self.next_epoch += 1;
+            for (p, at) in &listed {
+                self.partitions.insert(*p, *at);
+            }
+            for t in &req.forgotten_topics_data {
+                for p in &t.partitions {
+                    self.partitions.remove(p);
+                }
+            }
+        }
+        resp.session_id = self.id;
+        for (&p, &at) in &self.partitions {
+            if at >= LOG_LEN {
+                if full {
+                    resp.responses.push(entry(TOPIC, p, 0, LOG_LEN, Bytes::new()));
+                }
+                continue;
+            }
+            let mut records = BytesMut::new();
+            batch_at(at, &mut records);
+            resp.responses.push(entry(TOPIC, p, 0, LOG_LEN, records.freeze()));
+        }
+        self.seen.push(seen);
+        resp
+    }
+}
+
+/// KIP-227 session errors from the broker mid-stream: each of
+/// FETCH_SESSION_ID_NOT_FOUND (70), INVALID_FETCH_SESSION_EPOCH (71) and
+/// FETCH_SESSION_TOPIC_ID_ERROR (106) is answered by a full fetch (epoch 0)
+/// that opens a new session, whose incremental fetches then carry its id
+/// and epochs 1, 2, …; every record arrives exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_errors_mid_stream_fall_back_to_a_full_fetch_and_a_new_session() {
+    let inject = vec![(3usize, 70i16), (7, 71), (11, 106)];
+    let broker = Arc::new(Mutex::new(SessionBroker {
+        id: 0,
+        next_epoch: 0,
+        next_id: 1000,
+        partitions: Default::default(),
+        inject: inject.clone(),
+        seen: Vec::new(),
+        violations: Vec::new(),
+    }));
+    let b = broker.clone();
+    let answer = Box::new(move |req: &FetchRequest| b.lock().unwrap().answer(req));
+    let cluster = fetch_peer::start(TOPIC, 2, answer).await;
+    let mut consumer = Consumer::new(
+        cluster,
+        ConsumerConfig {
+            max_wait: Duration::from_millis(20),
+            ..ConsumerConfig::default()
+        },
+    );
+    consumer.assign_topic(TOPIC).await.unwrap();
+    consumer.seek_all(Offset::Earliest).await.unwrap();
+    let mut got: Vec<Vec<i64>> = vec![Vec::new(), Vec::new()];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.iter().map(Vec::len).sum::<usize>() < 2 * LOG_LEN as usize {
+        assert!(
+            Instant::now() < deadline,
+            "stuck at {:?}; requests: {:?}",
+            got.iter().map(Vec::len).collect::<Vec<_>>(),
+            broker.lock().unwrap().seen
+        );
+        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+            assert_eq!(
+                r.record.value.as_deref(),
+                Some(format!("value-{}", r.record.offset).as_bytes())
+            );
+            got[r.partition as usize].push(r.record.offset);
+        }
+    }
+    for (p, offsets) in got.iter().enumerate() {
+        assert_eq!(offsets, &(0..LOG_LEN).collect::<Vec<_>>(), "partition {p}");
+    }
+    assert!(consumer.poll(Duration::from_millis(100)).await.unwrap().is_empty());
+    let broker = broker.lock().unwrap();
+    let seen = &broker.seen;
+    assert!(broker.violations.is_empty(), "{:?}", broker.violations);
+    assert!(
+        seen.len() > 12,
+        "{} requests: the errors were not all reached",
+        seen.len()
+    );
+    assert_eq!(
+        (seen[0].session_id, seen[0].epoch),
+        (0, 0),
+        "the first fetch opens a session"
+    );
+    for &(at, code) in &inject {
+        assert_eq!(seen[at].answered_error, code);
+        assert!(seen[at].epoch > 0, "request {at} was incremental: {:?}", seen[at]);
+        let next = &seen[at + 1];
+        assert_eq!(next.epoch, 0, "after error {code} a full fetch: {next:?}");
+        assert!(!next.listed.is_empty(), "the full fetch lists the partitions: {next:?}");
+        // The new session (the peer's next id) is used incrementally.
+        let opened = seen[at + 2].session_id;
+        assert!(
+            opened > seen[at].session_id,
+            "a new session after {code}: {:?}",
+            &seen[at..at + 3]
+        );
+        assert_eq!(seen[at + 2].epoch, 1, "{:?}", &seen[at..at + 3]);
+    }
+    // Between the errors: one session, epochs 1, 2, 3, … with no gap.
+    for w in seen.windows(2) {
+        if w[0].answered_error == 0 && w[1].epoch > 0 {
+            if w[0].epoch > 0 {
+                assert_eq!(w[1].session_id, w[0].session_id, "{w:?}");
+            }
+            assert_eq!(w[1].epoch, w[0].epoch + 1, "{w:?}");
+        }
+    }
+}
+
+/// A retriable Fetch error that means stale leadership, per partition
+/// (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
+/// LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) or for
+/// the whole answer: the consumer re-reads the metadata (counted at the
+/// peer) and resumes fetching where it was, every record once, in order.
+/// (Following a leader to another broker: `tests/leader_move.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_leadership_errors_refresh_metadata_and_the_fetch_resumes() {
+    for (code, top_level) in [
+        (6i16, false),
+        (3, false),
+        (5, false),
+        (74, false),
+        (75, false),
+        (6, true),
+    ] {
+        let fetches = Arc::new(Mutex::new(0usize));
+        let f = fetches.clone();
+        let answer = Box::new(move |req: &FetchRequest| {
+            let mut n = f.lock().unwrap();
+            *n += 1;
+            let mut resp = FetchResponse::default();
+            // The second and third fetches fail: records have arrived
+            // before, and must go on arriving after.
+            let fail = *n == 2 || *n == 3;
+            if fail && top_level {
+                resp.error_code = code;
+                return resp;
+            }
+            for t in &req.topics {
+                for p in &t.partitions {
+                    if p.fetch_offset >= LOG_LEN {
+                        continue;
+                    }
+                    if fail {
+                        resp.responses.push(entry(TOPIC, p.partition, code, -1, Bytes::new()));
+                        continue;
+                    }
+                    let mut records = BytesMut::new();
+                    batch_at(p.fetch_offset, &mut records);
+                    resp.responses
+                        .push(entry(TOPIC, p.partition, 0, LOG_LEN, records.freeze()));
+                }
+            }
+            resp
+        });
+        let (cluster, metadata) = fetch_peer::start_counting(TOPIC, 1, answer).await;
+        let mut consumer = Consumer::new(
+            cluster,
+            ConsumerConfig {
+                max_wait: Duration::from_millis(20),
+                ..ConsumerConfig::default()
+            },
+        );
+        consumer.assign(&[(TOPIC, 0)]);
+        consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();
+        let before = metadata.load(std::sync::atomic::Ordering::Relaxed);
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while got.len() < LOG_LEN as usize {
+            assert!(Instant::now() < deadline, "code {code}: stuck at {}", got.len());
+            for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+                got.push(r.record.offset);
+            }
+        }
+        assert_eq!(got, (0..LOG_LEN).collect::<Vec<_>>(), "code {code}");
+        let refreshed = metadata.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(
+            refreshed >= 2,
+            "code {code} (top level: {top_level}): {refreshed} metadata requests after two stale-leader answers"
+        );
+    }
 }

@@ -7,7 +7,10 @@
 //!   NOT_LEADER_OR_FOLLOWER, refreshes metadata and reads 5..10 from node 2,
 //!   in order, with nothing lost or repeated;
 //! - the idempotent producer, refused with NOT_LEADER_OR_FOLLOWER by node 1,
-//!   resends the same batch (same producer id and sequence) to node 2.
+//!   resends the same batch (same producer id and sequence) to node 2;
+//! - metadata naming a leader (node 3) the broker list has no address for:
+//!   consumer and producer refresh and retry until it names one they can
+//!   reach — never a panic, nothing lost or repeated.
 
 mod common;
 
@@ -54,6 +57,10 @@ struct State {
     /// (or produces) successfully.
     move_after: usize,
     served_by_1: usize,
+    /// The next this many Metadata answers name node 3, which is in no
+    /// broker list, as the leader.
+    unlisted_leader_answers: usize,
+    metadata_requests: usize,
 }
 
 fn one_record_batch(offset: i64) -> Bytes {
@@ -87,7 +94,11 @@ fn metadata(state: &State) -> MetadataResponse {
     m.controller_id = BrokerId(1);
     let mut p = MetadataResponsePartition::default();
     p.partition_index = 0;
-    p.leader_id = BrokerId(state.leader);
+    p.leader_id = BrokerId(if state.unlisted_leader_answers > 0 {
+        3
+    } else {
+        state.leader
+    });
     p.leader_epoch = state.leader;
     p.replica_nodes = vec![BrokerId(1), BrokerId(2)];
     p.isr_nodes = vec![BrokerId(1), BrokerId(2)];
@@ -135,7 +146,13 @@ async fn serve(mut s: TcpStream, node: i32, state: Arc<Mutex<State>>) {
                     .collect();
                 encode(corr, key, version, &r)
             }
-            ApiKey::Metadata => encode(corr, key, version, &metadata(&state.lock().unwrap())),
+            ApiKey::Metadata => {
+                let mut st = state.lock().unwrap();
+                let answer = metadata(&st);
+                st.metadata_requests += 1;
+                st.unlisted_leader_answers = st.unlisted_leader_answers.saturating_sub(1);
+                encode(corr, key, version, &answer)
+            }
             ApiKey::InitProducerId => {
                 let mut r = InitProducerIdResponse::default();
                 r.producer_id = 4242.into();
@@ -330,6 +347,51 @@ async fn producer_follows_the_leader_and_keeps_its_sequence() {
         "node 1 refused a produce after the move: {:?}",
         st.answers
     );
+}
+
+/// Caches metadata whose leader of `moving[0]` is node 3, a broker the
+/// answer lists no address for, and lets the next two answers say the same.
+async fn cache_an_unlisted_leader(cluster: &Cluster, state: &Mutex<State>) {
+    state.lock().unwrap().unlisted_leader_answers = 3;
+    let md = cluster.refresh_topics(&[TOPIC]).await.unwrap();
+    assert_eq!(md.topics[TOPIC].partitions[0].leader, 3);
+    assert!(!md.brokers.contains_key(&3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_without_an_address_is_refreshed_and_retried() {
+    let (cluster, state) = start(usize::MAX).await;
+    cache_an_unlisted_leader(&cluster, &state).await;
+    let before = state.lock().unwrap().metadata_requests;
+    let mut consumer = Consumer::new(cluster.clone(), ConsumerConfig::default());
+    consumer.assign(&[(TOPIC, 0)]);
+    consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while got.len() < 10 {
+        assert!(tokio::time::Instant::now() < deadline, "only {got:?}");
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .unwrap_or_else(|e| panic!("an unlisted leader must be retried, not fail the poll: {e}"));
+        got.extend(records.iter().map(|r| r.record.offset));
+    }
+    assert_eq!(got, (0..10).collect::<Vec<i64>>(), "every record once, in order");
+    let after = state.lock().unwrap().metadata_requests;
+    assert!(after - before >= 2, "the consumer refreshed: {before} -> {after}");
+
+    cache_an_unlisted_leader(&cluster, &state).await;
+    let producer = Producer::new(cluster, ProducerConfig::default()).await.unwrap();
+    let ack = producer
+        .send(ProducerRecord::new(TOPIC, "after-unlisted").with_partition(0))
+        .await
+        .unwrap();
+    producer.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(ack.await.unwrap().offset, 0);
+    let st = state.lock().unwrap();
+    assert_eq!(st.unlisted_leader_answers, 0);
+    let values: Vec<String> = st.produced.iter().flat_map(|p| p.3.clone()).collect();
+    assert_eq!(values, ["after-unlisted"], "produced once, to node 1");
 }
 
 #[test]

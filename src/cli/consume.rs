@@ -16,7 +16,11 @@ pub struct ConsumeArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     #[command(flatten)]
+    pub metrics: super::MetricsArgs,
+    #[command(flatten)]
     pub backend: super::backend::BackendArgs,
+    #[command(flatten)]
+    pub value_format: super::value_format::ValueFormatArgs,
     /// Topic to read.
     #[arg(long)]
     pub topic: String,
@@ -44,24 +48,103 @@ pub struct ConsumeArgs {
     /// (like kcat -Z with NULL).
     #[arg(long, value_name = "TEXT")]
     pub null_marker: Option<String>,
+    /// The most records one poll hands over (max.poll.records; default
+    /// 500). Native backend only.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    pub max_poll_records: Option<u32>,
+    /// The most bytes of keys, values and headers one poll hands over
+    /// (default 8 MiB; a larger record still arrives, alone). Native
+    /// backend only.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    pub max_poll_bytes: Option<u32>,
+    /// The consumer's inflation bound for compressed batches (default
+    /// 64 MiB; see the README's named limits). Native backend only.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1024..=i32::MAX as i64))]
+    pub max_batch_inflate: Option<u32>,
+    /// Send full fetches only, no KIP-227 fetch sessions. Native backend only.
+    #[arg(long)]
+    pub no_fetch_sessions: bool,
+    /// The longest a broker's throttle time (KIP-219) holds the next fetch
+    /// back (default 30000). Native backend only.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(0..=i32::MAX as i64))]
+    pub max_throttle_ms: Option<u32>,
+    /// The consumer's rack (client.rack, KIP-392): fetch each partition from
+    /// the replica in this rack when the brokers' replica selector names
+    /// one. Native backend only.
+    #[arg(long, value_name = "RACK")]
+    pub client_rack: Option<String>,
+}
+
+impl ConsumeArgs {
+    /// The native consumer's configuration these flags describe.
+    pub fn consumer_config(&self) -> ConsumerConfig {
+        let mut c = ConsumerConfig {
+            isolation: if self.read_committed {
+                IsolationLevel::ReadCommitted
+            } else {
+                IsolationLevel::ReadUncommitted
+            },
+            ..ConsumerConfig::default()
+        };
+        if let Some(n) = self.max_poll_records {
+            c.max_poll_records = n as usize;
+        }
+        if let Some(n) = self.max_poll_bytes {
+            c.max_poll_bytes = n as usize;
+        }
+        if let Some(n) = self.max_batch_inflate {
+            c.max_batch_inflate = n as usize;
+        }
+        if self.no_fetch_sessions {
+            c.fetch_sessions = false;
+        }
+        if let Some(ms) = self.max_throttle_ms {
+            c.max_throttle = Duration::from_millis(u64::from(ms));
+        }
+        c.client_rack = self.client_rack.clone();
+        c
+    }
+
+    /// The native-only flags given (refused on another backend rather
+    /// than ignored).
+    fn native_only_flags(&self) -> Vec<&'static str> {
+        [
+            ("--max-poll-records", self.max_poll_records.is_some()),
+            ("--max-poll-bytes", self.max_poll_bytes.is_some()),
+            ("--max-batch-inflate", self.max_batch_inflate.is_some()),
+            ("--no-fetch-sessions", self.no_fetch_sessions),
+            ("--max-throttle-ms", self.max_throttle_ms.is_some()),
+            ("--client-rack", self.client_rack.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
 }
 
 /// Runs `consume`.
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    let _metrics = args.metrics.start().await?;
     match args.backend.backend()? {
         clink_kafka::connector::options::Backend::Native => {}
-        other => return super::rdkafka_paths::consume(args, other).await,
+        other => {
+            let flags = args.native_only_flags();
+            if !flags.is_empty() {
+                anyhow::bail!(
+                    "{} applies only with --backend native (librdkafka has no such setting)",
+                    flags.join(", ")
+                );
+            }
+            if args.value_format.is_set() {
+                anyhow::bail!("--value-format runs on --backend native only");
+            }
+            return super::rdkafka_paths::consume(args, other).await;
+        }
     }
+    let mut decoder = args.value_format.decoder()?;
     let config = args.connect.client_config()?;
     let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
-    let consumer_config = ConsumerConfig {
-        isolation: if args.read_committed {
-            IsolationLevel::ReadCommitted
-        } else {
-            IsolationLevel::ReadUncommitted
-        },
-        ..ConsumerConfig::default()
-    };
+    let consumer_config = args.consumer_config();
     let mut consumer = Consumer::new(cluster, consumer_config);
     match args.partition {
         Some(p) => consumer.assign(&[(args.topic.as_str(), p)]),
@@ -83,13 +166,17 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let mut seen: u64 = 0;
     let mut last_record = Instant::now();
     let mut line = Vec::with_capacity(256);
+    let mut progress = super::progress::Progress::new("consume");
     'outer: loop {
         if let Some(idle) = args.idle_timeout_ms {
             if last_record.elapsed() >= Duration::from_millis(idle) {
                 break;
             }
         }
-        let records = consumer.poll(Duration::from_millis(500)).await?;
+        let mut records = consumer.poll(Duration::from_millis(500)).await?;
+        if let Some(d) = &mut decoder {
+            super::value_format::decode_records(d, &mut records).await?;
+        }
         if !records.is_empty() {
             last_record = Instant::now();
         }
@@ -106,9 +193,24 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             }
         }
         out.flush()?;
+        if !records.is_empty() {
+            // After a fetch, so the lag is known.
+            progress.update(seen, || lag(&consumer));
+        }
     }
     out.flush()?;
+    progress.finish();
     Ok(())
+}
+
+/// Records between the consumer's positions and the high watermarks of
+/// its last fetches; `None` until every assigned partition has both.
+fn lag(consumer: &Consumer) -> Option<u64> {
+    consumer.assignment().iter().try_fold(0u64, |sum, (topic, p)| {
+        let position = consumer.position(topic, *p)?;
+        let (high_watermark, _) = consumer.watermarks(topic, *p)?;
+        Some(sum + high_watermark.saturating_sub(position).max(0) as u64)
+    })
 }
 
 pub(super) enum Piece {
@@ -270,6 +372,78 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, vec!["K", "\"\\t\"", "V", "\"\\n100% %x\""]);
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        consume: ConsumeArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ConsumeArgs, clap::Error> {
+        use clap::Parser;
+        let args = ["consume", "--topic", "t"].iter().chain(extra);
+        Cli::try_parse_from(args).map(|c| c.consume)
+    }
+
+    #[test]
+    fn consumer_flags_reach_the_consumer_config() {
+        let c = parse(&[
+            "--max-poll-records",
+            "7",
+            "--max-poll-bytes",
+            "4096",
+            "--max-batch-inflate",
+            "1048576",
+            "--no-fetch-sessions",
+            "--max-throttle-ms",
+            "250",
+            "--client-rack",
+            "rack-2",
+        ])
+        .unwrap();
+        assert_eq!(c.native_only_flags().len(), 6);
+        let c = c.consumer_config();
+        assert_eq!(c.client_rack.as_deref(), Some("rack-2"));
+        assert_eq!(c.max_poll_records, 7);
+        assert_eq!(c.max_poll_bytes, 4096);
+        assert_eq!(c.max_batch_inflate, 1 << 20);
+        assert!(!c.fetch_sessions);
+        assert_eq!(c.max_throttle, Duration::from_millis(250));
+        let d = parse(&[]).unwrap();
+        assert!(d.native_only_flags().is_empty());
+        let d = d.consumer_config();
+        assert_eq!(d.client_rack, None);
+        let default = ConsumerConfig::default();
+        assert_eq!(
+            (
+                d.max_poll_records,
+                d.max_poll_bytes,
+                d.max_batch_inflate,
+                d.fetch_sessions,
+                d.max_throttle
+            ),
+            (
+                default.max_poll_records,
+                default.max_poll_bytes,
+                default.max_batch_inflate,
+                default.fetch_sessions,
+                default.max_throttle
+            )
+        );
+    }
+
+    #[test]
+    fn consumer_flags_out_of_range_name_the_flag_and_range() {
+        for (flag, bad, range) in [
+            ("--max-poll-records", "0", "1..=2147483647"),
+            ("--max-poll-bytes", "0", "1..=2147483647"),
+            ("--max-batch-inflate", "1023", "1024..=2147483647"),
+            ("--max-throttle-ms", "2147483648", "0..=2147483647"),
+        ] {
+            let e = parse(&[flag, bad]).unwrap_err().to_string();
+            assert!(e.contains(flag) && e.contains(range), "{flag} {bad}: {e}");
+        }
     }
 
     #[test]

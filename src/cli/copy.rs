@@ -1,87 +1,96 @@
-//! `clink-kafka copy`: the exactly-once copy job. One process runs one
-//! [`KafkaSource`](clink_kafka::connector::KafkaSource) (standalone: it owns every partition of `--from`) into one
-//! `kafka_2pc_sink_string` sink ([`TwoPhaseCommitSink`](clink_kafka::connector::TwoPhaseCommitSink), writing `--to`),
-//! under a checkpoint coordinator of its own whose durable state lives in
-//! `--state-dir`. It is the spec's "Delivery semantics" protocol for a
-//! `commit_recoverable = false` sink, with one process playing the
-//! coordinator, the worker and the sink subtask.
+//! `clink-kafka copy`: the exactly-once copy job. `--parallelism N`
+//! subtasks (default 1), each a [`KafkaSource`](clink_kafka::connector::KafkaSource) owning the partitions
+//! `p % N == i` of `--from` into its own `kafka_2pc_sink_string` sink
+//! ([`TwoPhaseCommitSink`](clink_kafka::connector::TwoPhaseCommitSink), writing `--to` with transactional
+//! id `<id>-<i>`, or `<id>` alone at parallelism 1), under one checkpoint
+//! coordinator ([`clink_kafka::connector::checkpoint`]) whose durable state
+//! lives in `--state-dir`. This file is the driver: it owns the operators,
+//! decides when a checkpoint is due and places the fault points; the
+//! protocol (markers, state files, restore decisions, pruning) is the
+//! library's.
 //!
 //! # Checkpoint `n` (the steps, in order)
 //!
-//! 1. batches flow from the source into the sink's open transaction
+//! 1. batches flow from each source into its sink's open transaction
 //!    (`on_data`); when `--checkpoint-every-records` records (or
-//!    `--checkpoint-interval-ms`) have passed, or the source went idle, or
+//!    `--checkpoint-interval-ms`) have passed, or the sources went idle, or
 //!    `--expected` records are in:
-//! 2. `source.snapshot()` (one row per partition: the next offset) and
-//!    `sink.on_barrier(n)` (flush, seal the transaction PREPARED; its state
-//!    row carries the resume handle, no secret);
-//! 3. checkpoint `n`'s state — those rows plus the running record count —
-//!    is written to `DIR/chk-<n>.state` (temporary file, fsync, rename,
+//! 2. for each subtask: `source.snapshot()` and `sink.on_barrier(n)` (flush,
+//!    seal the transaction PREPARED; its state row carries the resume
+//!    handle, no secret); the coordinator collects the rows;
+//! 3. checkpoint `n`'s state — every subtask's rows plus the running record
+//!    count — goes to `DIR/chk-<n>.state` (temporary file, fsync, rename,
 //!    fsync of the directory);
-//! 4. `DIR/COMPLETED-<n>` is written the same way: checkpoint `n` is
-//!    durable (the coordinator's "globally durable");
-//! 5. `sink.on_commit(n)`: EndTxn(commit), then the sink's own commit
-//!    receipt `DIR/receipts/sub0-<n>` (fsync + rename);
-//! 6. `DIR/CONFIRMED-<n>`: the commit is confirmed (the worker's
-//!    confirmation to the coordinator, and the coordinator's marker, in
-//!    one step since they are one process).
+//! 4. `DIR/COMPLETED-<n>` is written the same way;
+//! 5. for each subtask: `sink.on_commit(n)`: EndTxn(commit), then the sink's
+//!    receipt `DIR/_jobs/<job>/receipts/sub<i>-<n>` (fsync + rename);
+//! 6. `DIR/CONFIRMED-<n>` once every subtask's commit returned; everything
+//!    below `n` is pruned (state files, markers, receipts and markers of
+//!    every subtask).
 //!
 //! # Restore (at start)
 //!
 //! The restore point is the newest `COMPLETED-n` (not marked abandoned):
 //!
-//! - with `CONFIRMED-n`: the source resumes from `n`'s offsets; the sink
-//!   gets none of `n`'s rows (its commit is confirmed, nothing is owed) and
-//!   opens fresh — `init_transactions` fences and aborts whatever the dead
-//!   process had open or prepared after `n` (its records are replayed);
-//! - without: `n` is completed but unconfirmed, so its prepared
-//!   transaction is owed a commit. The sink is restored from `n`'s rows and
-//!   opened; its in-doubt resolution finalises the transaction BEFORE
-//!   fencing it (a receipt: committed, no wire call; otherwise EndTxn commit
-//!   with the handle's identity, a fenced answer disambiguated by
-//!   DescribeTransactions). Once `open` succeeded, `CONFIRMED-n` is written
-//!   and the source resumes from `n`. An unreachable broker fails `open`
-//!   (exit 1, nothing fenced; the next start retries). A final
-//!   "not committed" verdict makes `n` an orphan: `ABANDONED-n` is written
-//!   and the source resumes from the newest CONFIRMED checkpoint below `n`
-//!   (or the beginning), replaying `n`'s interval into a new transaction —
-//!   the spec's fallback to the newest confirmed checkpoint.
+//! - with `CONFIRMED-n`: the sources resume from `n`'s offsets; the sinks
+//!   get none of `n`'s rows and open fresh — `init_transactions` fences and
+//!   aborts whatever the dead process had open or prepared after `n`;
+//! - without: every sink is restored from `n`'s rows and opened; each
+//!   resolves its own prepared transaction BEFORE fencing it (a receipt:
+//!   committed, no wire call; otherwise EndTxn commit with the handle's
+//!   identity, a fenced answer disambiguated by DescribeTransactions). Every
+//!   subtask is resolved before the coordinator decides on their verdicts
+//!   (`Sink::restore_verdicts`): all committed → `CONFIRMED-n`, resume from
+//!   `n`; any Unreachable → the restart is held (exit 1, nothing fenced);
+//!   otherwise a final "not committed" → `ABANDONED-n`, resume from the
+//!   newest CONFIRMED checkpoint below `n` (or the beginning), replaying the
+//!   interval. With parallelism above 1 that fallback can be a mixed
+//!   verdict (some subtasks' commits of `n` proven, receipted). Every
+//!   restore that is not a fresh start tells each sink its restore point
+//!   (`Sink::on_restore_point`): a sink with receipts above it arms replay
+//!   suppression with their watermark horizon and swallows (and counts)
+//!   the replayed records at or below it.
 //!
-//! Checkpoint ids only grow (the next one is above every marker in DIR), so
-//! an orphan's id is never reused. A state file without its COMPLETED
-//! marker is ignored (and overwritten when that id is taken again).
-//! Differences from the spec's multi-process protocol: the coordinator
-//! never has to hold a restart while the resolver answers (resolution
-//! happens inside the only process, before anything else opens), and there
-//! is no replay suppression to arm (receipts are never above a restore
-//! point here: a receipt is only written after its COMPLETED marker, and
-//! every restore starts at the newest completed checkpoint unless it was
-//! found not committed). Once `CONFIRMED-n` is written, everything below
-//! `n` is pruned: state files, markers and the sink's receipts `sub0-<m>`.
+//! # Event time
 //!
-//! # Fault points (`CLINK_KAFKA_FAULT=<point>[:<k>]`)
+//! A record's event time is its Kafka timestamp. After each batch a
+//! subtask hands its sink its watermark: the lowest, across its owned
+//! partitions, of each partition's highest timestamp (none until every
+//! owned partition delivered a record). Each barrier stamps it on the
+//! checkpoint's receipt as the horizon. Suppression is exact when each
+//! partition's timestamps strictly increase; for other inputs run with
+//! `--replay-suppression false` (the replay then publishes the receipted
+//! subtasks' records again). `copy-done` reports `suppressed=` (records
+//! swallowed) and `unjudged=` (records an armed sink passed without a
+//! timestamp).
 //!
-//! At the k-th occurrence (default 1) in this process of `<point>`, the
-//! process SIGKILLs itself (`kill -9` of its own pid; no destructor, no
-//! flush, no EndTxn). Each step boundary above with its own recovery:
+//! Checkpoint ids only grow, so an orphan's id is never reused.
+//!
+//! # Fault points (`CLINK_KAFKA_FAULT=<point>[:<k>][@<subtask>]`)
+//!
+//! At the k-th occurrence (default 1) in this process of `<point>` (of
+//! subtask `<subtask>` when given; of any subtask otherwise), the process
+//! SIGKILLs itself (`kill -9` of its own pid; no destructor, no flush, no
+//! EndTxn). Subtask points: `mid-batch`, `after-barrier`, `after-end-txn`,
+//! `after-commit`, `after-resolve`, `after-recovery-open`; coordinator
+//! points (no `@`): `after-state-written`, `after-completed`,
+//! `after-confirmed`.
 //!
 //! | point | state left behind | recovery |
 //! |---|---|---|
 //! | `mid-batch` | after the k-th `on_data`: an open transaction with records | restore from the newest checkpoint; the init aborts the open transaction; replay |
-//! | `after-barrier` | `n` prepared in Kafka, no state file | `n` never happened: restore from `n-1`; the init aborts the prepared transaction; replay |
+//! | `after-barrier` | `n` prepared in Kafka (for the subtasks up to this one), no state file | `n` never happened: restore from `n-1`; the inits abort the prepared transactions; replay |
 //! | `after-state-written` | `chk-n.state`, no COMPLETED-n | same as `after-barrier` |
-//! | `after-completed` | COMPLETED-n, commit never sent | restore `n` unconfirmed: the resolver commits it over the wire, CONFIRMED-n |
-//! | `after-end-txn` | EndTxn acknowledged, no receipt (inside the sink) | restore `n` unconfirmed: EndTxn again reads fenced, DescribeTransactions proves the commit, receipt materialised, CONFIRMED-n |
-//! | `after-commit` | receipt written, no CONFIRMED-n | restore `n` unconfirmed: the receipt proves the commit (no wire call), CONFIRMED-n |
+//! | `after-completed` | COMPLETED-n, no commit sent | restore `n` unconfirmed: the resolvers commit it over the wire, CONFIRMED-n |
+//! | `after-end-txn` | a subtask's EndTxn acknowledged, no receipt (inside the sink) | restore `n` unconfirmed: that subtask's EndTxn again reads fenced, DescribeTransactions proves the commit, receipt materialised; later subtasks committed over the wire; CONFIRMED-n |
+//! | `after-commit` | a subtask's receipt written, no CONFIRMED-n | restore `n` unconfirmed: the receipts prove the commits up to this subtask, the rest resolved over the wire, CONFIRMED-n |
 //! | `after-confirmed` | CONFIRMED-n | restore from the confirmed `n` |
-//! | `after-resolve` | at a restore of an unconfirmed `n`: the resolver's EndTxn committed `n`, no receipt yet (inside the sink) | restore `n` unconfirmed again: resolved over the wire again (a committed transaction answers committed, or fenced + DescribeTransactions), receipt |
-//! | `after-recovery-open` | at a restore of an unconfirmed `n`: the sink resolved `n`, no CONFIRMED-n yet | restore `n` unconfirmed again: the receipt the resolution wrote proves it |
+//! | `after-resolve` | at a restore of an unconfirmed `n`: a subtask's resolver committed, no receipt yet | restore `n` unconfirmed again: resolved over the wire again |
+//! | `after-recovery-open` | at a restore of an unconfirmed `n`: a subtask resolved and opened, no CONFIRMED-n yet | restore `n` unconfirmed again: the receipts the resolution wrote prove it |
 //!
 //! For the checkpoint points, k counts checkpoints this process took.
 
-use std::collections::BTreeSet;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -89,37 +98,60 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use clink_kafka::client::ClientConfig;
+use clink_kafka::connector::checkpoint::{CheckpointState, CheckpointStore, Coordinator, RestoreDecision, RestorePlan};
 use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitOptions};
 use clink_kafka::connector::security::SecurityConfig;
+use clink_kafka::connector::selected::{SelectedConsumer, SelectedProducer, SelectedTransactionalProducer};
 use clink_kafka::connector::twopc::{set_step_hook, SinkStep};
-use clink_kafka::connector::{selected, KafkaMessage, Source, StateRow};
+use clink_kafka::connector::{
+    selected, ConnectorError, KafkaMessage, KafkaSink, KafkaSource, ResumeRow, Sink, Source, StateRow,
+    TwoPhaseCommitSink,
+};
 
 use super::{thousands, ConnectArgs};
+
+/// The most subtasks `--parallelism` takes.
+const MAX_PARALLELISM: u32 = 256;
 
 /// Options of `copy`.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Fault injection (tests): CLINK_KAFKA_FAULT=<point>[:<k>] SIGKILLs the process at the \
-k-th occurrence of <point>: mid-batch, after-barrier, after-state-written, after-completed, after-end-txn, \
-after-commit, after-confirmed, after-resolve, after-recovery-open (see src/cli/copy.rs)."
+    after_help = "Fault injection (tests): CLINK_KAFKA_FAULT=<point>[:<k>][@<subtask>] SIGKILLs the process at the \
+k-th occurrence of <point> (of that subtask): mid-batch, after-barrier, after-end-txn, after-commit, after-resolve, \
+after-recovery-open (subtask points), after-state-written, after-completed, after-confirmed (coordinator points, \
+no @) (see src/cli/copy.rs)."
 )]
 pub struct CopyArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     #[command(flatten)]
+    pub metrics: super::MetricsArgs,
+    #[command(flatten)]
     pub backend: super::backend::BackendArgs,
     /// Topic to read (every partition, from the earliest offset on a fresh start).
     #[arg(long)]
     pub from: String,
-    /// Topic to write, in one broker transaction per checkpoint.
+    /// Topic to write, in one broker transaction per checkpoint and subtask.
     #[arg(long)]
     pub to: String,
-    /// Checkpoint state, COMPLETED/CONFIRMED markers and commit receipts.
+    /// Checkpoint state, COMPLETED/CONFIRMED markers and (under _jobs/) commit receipts.
     #[arg(long, value_name = "DIR")]
     pub state_dir: PathBuf,
-    /// The sink's transactional.id (keep it across restarts of one job).
+    /// The sinks' transactional.id (subtask i uses <id>-<i> when --parallelism
+    /// is above 1); keep it across restarts of one job.
     #[arg(long)]
     pub transactional_id: String,
+    /// exactly-once (the two-phase-commit sink) or at-least-once (the plain
+    /// idempotent sink, flushed at each checkpoint: a replay after a crash
+    /// may duplicate), to measure the price of exactly once.
+    #[arg(long, value_name = "GUARANTEE", default_value = "exactly-once", value_parser = ["exactly-once", "at-least-once"])]
+    pub guarantee: String,
+    /// Subtasks: subtask i reads the partitions p with p % N == i.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub parallelism: u32,
+    /// Most records one source poll hands over (the source's max_batch_size).
+    #[arg(long, value_name = "N")]
+    pub max_batch_records: Option<usize>,
     /// Take a checkpoint once this many records arrived since the last one.
     #[arg(long, value_name = "N", conflicts_with = "checkpoint_interval_ms")]
     pub checkpoint_every_records: Option<u64>,
@@ -138,6 +170,17 @@ pub struct CopyArgs {
     /// prepared transaction before failing (nothing is fenced meanwhile).
     #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true)]
     pub resolve_unreachable_after_ms: u64,
+    /// The source's rack (client.rack, KIP-392): read each partition from
+    /// the replica in this rack when the brokers' replica selector names one.
+    #[arg(long, value_name = "RACK")]
+    pub client_rack: Option<String>,
+    /// The sinks' replay_suppression: after a fallback below commits a
+    /// subtask already made (receipted), swallow its replayed records at or
+    /// below the receipts' watermark horizon (event time = the record's
+    /// timestamp; exact when each partition's timestamps strictly
+    /// increase). false: the replay publishes them again.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub replay_suppression: bool,
 }
 
 /// The named fault points, in the order of the steps.
@@ -180,11 +223,20 @@ impl FaultPoint {
             FaultPoint::AfterRecoveryOpen => "after-recovery-open",
         }
     }
+
+    /// Whether the point belongs to one subtask (else to the coordinator).
+    fn per_subtask(self) -> bool {
+        !matches!(
+            self,
+            FaultPoint::AfterStateWritten | FaultPoint::AfterCompleted | FaultPoint::AfterConfirmed
+        )
+    }
 }
 
 struct Fault {
     point: FaultPoint,
     at: u64,
+    subtask: Option<u32>,
     seen: AtomicU64,
 }
 
@@ -193,7 +245,17 @@ static FAULT: OnceLock<Option<Fault>> = OnceLock::new();
 const FAULT_VAR: &str = "CLINK_KAFKA_FAULT";
 
 fn parse_fault(spec: &str) -> anyhow::Result<Fault> {
-    let (name, at) = match spec.split_once(':') {
+    let (rest, subtask) = match spec.split_once('@') {
+        Some((rest, i)) => (
+            rest,
+            Some(
+                i.parse::<u32>()
+                    .map_err(|_| anyhow!("{FAULT_VAR}={spec:?}: the subtask after '@' must be an integer >= 0"))?,
+            ),
+        ),
+        None => (spec, None),
+    };
+    let (name, at) = match rest.split_once(':') {
         Some((name, k)) => (
             name,
             k.parse::<u64>()
@@ -201,7 +263,7 @@ fn parse_fault(spec: &str) -> anyhow::Result<Fault> {
                 .filter(|k| *k >= 1)
                 .ok_or_else(|| anyhow!("{FAULT_VAR}={spec:?}: the occurrence after ':' must be an integer >= 1"))?,
         ),
-        None => (spec, 1),
+        None => (rest, 1),
     };
     let point = FaultPoint::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
         let allowed: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
@@ -210,45 +272,69 @@ fn parse_fault(spec: &str) -> anyhow::Result<Fault> {
             allowed.join(", ")
         )
     })?;
+    if subtask.is_some() && !point.per_subtask() {
+        bail!(
+            "{FAULT_VAR}={spec:?}: {} is a coordinator point and takes no @<subtask>",
+            point.name()
+        );
+    }
     Ok(Fault {
         point,
         at,
+        subtask,
         seen: AtomicU64::new(0),
     })
 }
 
-fn arm_faults() -> anyhow::Result<()> {
+fn arm_faults(parallelism: u32) -> anyhow::Result<()> {
     let fault = match std::env::var(FAULT_VAR) {
         Ok(spec) if !spec.is_empty() => Some(parse_fault(&spec)?),
         _ => None,
     };
     if let Some(f) = &fault {
-        eprintln!("copy: fault armed: {}:{}", f.point.name(), f.at);
+        if let Some(i) = f.subtask.filter(|i| *i >= parallelism) {
+            bail!("{FAULT_VAR}: subtask {i} does not exist at --parallelism {parallelism} (0..{parallelism})");
+        }
+        eprintln!(
+            "copy: fault armed: {}:{}{}",
+            f.point.name(),
+            f.at,
+            at_subtask(f.subtask)
+        );
     }
     let _ = FAULT.set(fault);
-    set_step_hook(|step| {
+    set_step_hook(|step, subtask| {
         if step == SinkStep::AfterEndTxn {
-            fault_point(FaultPoint::AfterEndTxn);
+            fault_point(FaultPoint::AfterEndTxn, Some(subtask));
         } else if step == SinkStep::AfterResolvedCommit {
-            fault_point(FaultPoint::AfterResolve);
+            fault_point(FaultPoint::AfterResolve, Some(subtask));
         }
     });
     Ok(())
 }
 
-/// Passes fault point `point`; SIGKILLs the process at the armed occurrence.
-fn fault_point(point: FaultPoint) {
+fn at_subtask(subtask: Option<u32>) -> String {
+    subtask.map_or(String::new(), |i| format!("@{i}"))
+}
+
+/// Passes fault point `point` (of `subtask`, for a subtask point);
+/// SIGKILLs the process at the armed occurrence.
+fn fault_point(point: FaultPoint, subtask: Option<u32>) {
     let Some(Some(fault)) = FAULT.get() else {
         return;
     };
-    if fault.point != point {
+    if fault.point != point || fault.subtask.is_some_and(|i| Some(i) != subtask) {
         return;
     }
     let seen = fault.seen.fetch_add(1, Ordering::SeqCst) + 1;
     if seen != fault.at {
         return;
     }
-    eprintln!("copy: fault {}:{seen}: SIGKILL", point.name());
+    eprintln!(
+        "copy: fault {}:{seen}{}: SIGKILL",
+        point.name(),
+        at_subtask(subtask.filter(|_| point.per_subtask()))
+    );
     let pid = std::process::id().to_string();
     let sent = std::process::Command::new("kill")
         .args(["-9", &pid])
@@ -280,194 +366,40 @@ fn connector_security(config: &ClientConfig) -> SecurityConfig {
     }
 }
 
-const STATE_HEADER: &str = "clink-copy-checkpoint/1";
+/// The driver's own row in each checkpoint: records copied up to it.
+const RECORDS_ROW: &str = "clink-copy/records";
 
-/// One checkpoint's durable state.
-struct Checkpoint {
-    id: u64,
-    /// Records copied up to and including this checkpoint.
-    records: u64,
-    rows: Vec<StateRow>,
-}
-
-/// The coordinator's directory: `chk-<n>.state`, `COMPLETED-<n>`,
-/// `CONFIRMED-<n>`, `ABANDONED-<n>`, `receipts/`. Each state file names the
-/// job (topics, transactional id): another job's state is refused.
-struct StateDir {
-    dir: PathBuf,
-    /// `from=…`, `to=…`, `transactional-id=…` lines.
-    job: String,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect()
-}
-
-impl StateDir {
-    fn open(dir: &Path, from: &str, to: &str, transactional_id: &str) -> anyhow::Result<StateDir> {
-        for (option, value) in [("--from", from), ("--to", to), ("--transactional-id", transactional_id)] {
-            if value.is_empty() || value.contains(['\n', '\r']) {
-                bail!("{option} must be non-empty and on one line (got {value:?})");
-            }
-        }
-        std::fs::create_dir_all(dir).with_context(|| format!("creating --state-dir {}", dir.display()))?;
-        Ok(StateDir {
-            dir: dir.to_owned(),
-            job: format!("from={from}\nto={to}\ntransactional-id={transactional_id}\n"),
-        })
-    }
-
-    fn receipts(&self) -> PathBuf {
-        self.dir.join("receipts")
-    }
-
-    /// Temporary file, fsync, rename, fsync of the directory.
-    fn write_durably(&self, name: &str, contents: &str) -> anyhow::Result<()> {
-        let path = self.dir.join(name);
-        let tmp = self.dir.join(format!(".{name}.tmp"));
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(contents.as_bytes())
-            .and_then(|()| f.sync_all())
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        drop(f);
-        std::fs::rename(&tmp, &path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("syncing {}", self.dir.display()))?;
-        Ok(())
-    }
-
-    fn write_checkpoint(&self, cp: &Checkpoint) -> anyhow::Result<()> {
-        let mut text = format!(
-            "{STATE_HEADER}\n{}checkpoint={}\nrecords={}\n",
-            self.job, cp.id, cp.records
-        );
-        for row in &cp.rows {
-            if row.key.contains(['\t', '\n']) {
-                bail!("state row key {:?} has a tab or newline", row.key);
-            }
-            text.push_str(&format!("row={}\t{}\n", row.key, hex(&row.value)));
-        }
-        self.write_durably(&format!("chk-{}.state", cp.id), &text)
-    }
-
-    fn read_checkpoint(&self, id: u64) -> anyhow::Result<Checkpoint> {
-        let path = self.dir.join(format!("chk-{id}.state"));
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let bad = |what: &str| anyhow!("{}: {what}", path.display());
-        let Some(rest) = text.strip_prefix(STATE_HEADER).and_then(|r| r.strip_prefix('\n')) else {
-            return Err(bad(&format!("not a {STATE_HEADER} file")));
-        };
-        let Some(rest) = rest.strip_prefix(self.job.as_str()) else {
-            let theirs: Vec<&str> = rest.lines().take(3).collect();
-            bail!(
-                "--state-dir {} holds another job's checkpoint {id} ({}); this job is {}: give this job its own \
-                 --state-dir",
-                self.dir.display(),
-                theirs.join(", "),
-                self.job.trim_end().replace('\n', ", ")
-            );
-        };
-        let lines = rest.lines();
-        let mut checkpoint = None;
-        let mut records = None;
-        let mut rows = Vec::new();
-        for line in lines {
-            if let Some(v) = line.strip_prefix("checkpoint=") {
-                checkpoint = Some(v.parse::<u64>().map_err(|_| bad("checkpoint= is not a number"))?);
-            } else if let Some(v) = line.strip_prefix("records=") {
-                records = Some(v.parse::<u64>().map_err(|_| bad("records= is not a number"))?);
-            } else if let Some(v) = line.strip_prefix("row=") {
-                let (key, value) = v.split_once('\t').ok_or_else(|| bad("a row without a tab"))?;
-                let value = unhex(value).ok_or_else(|| bad("a row value is not hex"))?;
-                rows.push(StateRow {
-                    key: key.to_owned(),
-                    value,
-                });
-            } else {
-                return Err(bad(&format!("unexpected line {line:?}")));
-            }
-        }
-        if checkpoint != Some(id) {
-            return Err(bad(&format!("does not hold checkpoint {id}")));
-        }
-        Ok(Checkpoint {
-            id,
-            records: records.ok_or_else(|| bad("no records= line"))?,
-            rows,
-        })
-    }
-
-    fn write_marker(&self, kind: &str, id: u64) -> anyhow::Result<()> {
-        self.write_durably(&format!("{kind}-{id}"), &format!("checkpoint={id}\n"))
-    }
-
-    /// Checkpoint ids with a `<kind>-<n>` marker.
-    fn markers(&self, kind: &str) -> anyhow::Result<BTreeSet<u64>> {
-        let mut ids = BTreeSet::new();
-        let prefix = format!("{kind}-");
-        for entry in std::fs::read_dir(&self.dir).with_context(|| format!("listing {}", self.dir.display()))? {
-            let name = entry?.file_name();
-            if let Some(id) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) {
-                if let Ok(id) = id.parse::<u64>() {
-                    ids.insert(id);
-                }
-            }
-        }
-        Ok(ids)
+fn records_row(records: u64) -> StateRow {
+    StateRow {
+        key: RECORDS_ROW.to_owned(),
+        value: records.to_string().into_bytes(),
     }
 }
 
-impl StateDir {
-    /// Removes what no restore can need once `CONFIRMED-<n>` is durable:
-    /// every restore from now on starts at `n` or above (an abandoned
-    /// checkpoint above falls back to the newest confirmed one, `n` at
-    /// least). So the state files and markers below `n` go, and the sink's
-    /// receipts `sub0-<m>` for `m < n` (the spec: receipts are pruned, never
-    /// below the newest CONFIRMED marker). Failures are logged, not fatal.
-    fn prune_below(&self, n: u64) {
-        let below = |name: &str, prefix: &str, suffix: &str| {
-            name.strip_prefix(prefix)
-                .and_then(|r| r.strip_suffix(suffix))
-                .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|id| id.parse::<u64>().ok())
-                .is_some_and(|id| id < n)
-        };
-        let sweep = |dir: &Path, patterns: &[(&str, &str)]| {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else { continue };
-                if patterns.iter().any(|(prefix, suffix)| below(name, prefix, suffix)) {
-                    if let Err(e) = std::fs::remove_file(entry.path()) {
-                        eprintln!("copy: warning: pruning {}: {e}", entry.path().display());
-                    }
-                }
-            }
-        };
-        sweep(
-            &self.dir,
-            &[
-                ("chk-", ".state"),
-                ("COMPLETED-", ""),
-                ("CONFIRMED-", ""),
-                ("ABANDONED-", ""),
-            ],
-        );
-        sweep(&self.receipts(), &[("sub0-", "")]);
+fn records_in(state: &CheckpointState) -> anyhow::Result<u64> {
+    state
+        .rows
+        .iter()
+        .find(|r| r.key == RECORDS_ROW)
+        .and_then(|r| std::str::from_utf8(&r.value).ok()?.parse().ok())
+        .ok_or_else(|| anyhow!("checkpoint {} has no {RECORDS_ROW} row", state.id))
+}
+
+/// The job id under `<state dir>/_jobs/`: the transactional id, with every
+/// byte outside `[A-Za-z0-9._-]` as `%XX` (one path component).
+fn job_id(transactional_id: &str) -> String {
+    let mut out = String::new();
+    for b in transactional_id.bytes() {
+        if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
     }
+    if out.starts_with('.') {
+        out.replace_range(0..1, "%2E");
+    }
+    out
 }
 
 /// When to take a checkpoint.
@@ -477,8 +409,108 @@ enum Trigger {
     Interval(Duration),
 }
 
+/// A subtask's sink: the job's guarantee.
+enum CopySink {
+    ExactlyOnce(Box<TwoPhaseCommitSink<SelectedTransactionalProducer>>),
+    /// For comparison: flushed at the barrier, nothing to commit.
+    AtLeastOnce(Box<KafkaSink<SelectedProducer>>),
+}
+
+impl CopySink {
+    fn restore_rows(&mut self, rows: &[StateRow]) -> clink_kafka::connector::Result<()> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.restore_rows(rows),
+            CopySink::AtLeastOnce(_) => Ok(()),
+        }
+    }
+
+    async fn open_sink(&mut self) -> clink_kafka::connector::Result<()> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.open_sink().await,
+            CopySink::AtLeastOnce(s) => s.open_sink().await,
+        }
+    }
+
+    async fn send_batch(&mut self, batch: Vec<KafkaMessage>) -> clink_kafka::connector::Result<()> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.send_batch(batch).await,
+            CopySink::AtLeastOnce(s) => s.send_batch(batch).await,
+        }
+    }
+
+    async fn barrier(&mut self, id: u64) -> clink_kafka::connector::Result<Vec<StateRow>> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.barrier(id).await,
+            CopySink::AtLeastOnce(s) => s.flush_sink().await.map(|()| Vec::new()),
+        }
+    }
+
+    async fn commit(&mut self, id: u64) -> clink_kafka::connector::Result<()> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.commit(id).await,
+            CopySink::AtLeastOnce(_) => Ok(()),
+        }
+    }
+
+    async fn close_sink(&mut self) -> clink_kafka::connector::Result<()> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.close_sink().await,
+            CopySink::AtLeastOnce(s) => s.close_sink().await,
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: i64) {
+        match self {
+            CopySink::ExactlyOnce(s) => s.on_watermark(watermark),
+            CopySink::AtLeastOnce(_) => {}
+        }
+    }
+
+    fn on_restore_point(&mut self, checkpoint: Option<u64>) -> clink_kafka::connector::Result<()> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.on_restore_point(checkpoint),
+            CopySink::AtLeastOnce(_) => Ok(()),
+        }
+    }
+
+    fn stats(&self) -> Option<clink_kafka::connector::TwoPhaseCommitStats> {
+        match self {
+            CopySink::ExactlyOnce(s) => Some(s.stats()),
+            CopySink::AtLeastOnce(_) => None,
+        }
+    }
+
+    fn restore_verdicts(&self) -> Vec<clink_kafka::connector::CheckpointVerdict> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.restore_verdicts(),
+            CopySink::AtLeastOnce(_) => Vec::new(),
+        }
+    }
+
+    /// (resolved by receipt, resolved over the wire).
+    fn resolved(&self) -> (u64, u64) {
+        self.stats()
+            .map_or((0, 0), |st| (st.resolved_by_receipt, st.resolved_over_the_wire))
+    }
+}
+
+/// One subtask: a source over its partitions into its own sink.
+struct Subtask {
+    index: u32,
+    source: KafkaSource<SelectedConsumer>,
+    sink: CopySink,
+    watermarks: PartitionWatermarks,
+}
+
 pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
-    arm_faults()?;
+    if args.parallelism == 0 || args.parallelism > MAX_PARALLELISM {
+        bail!(
+            "--parallelism must be between 1 and {MAX_PARALLELISM} (got {})",
+            args.parallelism
+        );
+    }
+    arm_faults(args.parallelism)?;
+    let _metrics = args.metrics.start().await?;
     let trigger = match (args.checkpoint_every_records, args.checkpoint_interval_ms) {
         (Some(0), _) => bail!("--checkpoint-every-records must be at least 1"),
         (Some(n), _) => Trigger::Records(n),
@@ -487,87 +519,116 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     let backend = args.backend.backend()?;
     let client = args.connect.client_config()?;
     let security = connector_security(&client);
-    let state = StateDir::open(&args.state_dir, &args.from, &args.to, &args.transactional_id)?;
+    let parallelism = args.parallelism.to_string();
+    let store = CheckpointStore::open(
+        &args.state_dir,
+        &[
+            ("from", args.from.as_str()),
+            ("to", args.to.as_str()),
+            ("transactional-id", args.transactional_id.as_str()),
+            ("parallelism", parallelism.as_str()),
+            ("guarantee", args.guarantee.as_str()),
+        ],
+    )
+    .context("opening --state-dir")?;
+    let receipts = store.receipt_dir(&job_id(&args.transactional_id));
+    let mut coordinator = Coordinator::new(store, args.parallelism, vec![receipts.clone()])?;
 
-    let mut sink_options = TwoPhaseCommitOptions::new(&args.connect.brokers, &args.to, &args.transactional_id);
-    sink_options.sink.security = security.clone();
-    sink_options.sink.client.request_timeout = Some(client.request_timeout);
-    sink_options.receipt_dir = Some(state.receipts());
-    sink_options.resolve_unreachable_after = Duration::from_millis(args.resolve_unreachable_after_ms);
-    sink_options.sink.backend = backend;
-    let mut sink = selected::two_phase_commit_sink(sink_options).context("configuring the sink")?;
+    let mut subtasks = Vec::new();
+    for index in 0..args.parallelism {
+        let mut sink_options = TwoPhaseCommitOptions::new(&args.connect.brokers, &args.to, &args.transactional_id);
+        sink_options.sink.security = security.clone();
+        sink_options.sink.client.request_timeout = Some(client.request_timeout);
+        sink_options.receipt_dir = Some(receipts.clone());
+        sink_options.resolve_unreachable_after = Duration::from_millis(args.resolve_unreachable_after_ms);
+        sink_options.sink.backend = backend;
+        sink_options.subtask_index = index;
+        sink_options.sink.subtask_index = index;
+        sink_options.parallelism = args.parallelism;
+        sink_options.replay_suppression = args.replay_suppression;
+        let sink = if args.guarantee == "at-least-once" {
+            CopySink::AtLeastOnce(Box::new(
+                selected::kafka_sink(sink_options.sink).context("configuring the sink")?,
+            ))
+        } else {
+            CopySink::ExactlyOnce(Box::new(
+                selected::two_phase_commit_sink(sink_options).context("configuring the sink")?,
+            ))
+        };
 
-    let mut source_options = SourceOptions::new(&args.connect.brokers, &args.from);
-    source_options.security = security;
-    source_options.client.request_timeout = Some(client.request_timeout);
-    source_options.group_id = format!("clink-copy-{}", args.transactional_id);
-    source_options.backend = backend;
-    let mut source = selected::kafka_source(source_options).context("configuring the source")?;
-
-    // Restore.
-    let completed = state.markers("COMPLETED")?;
-    let confirmed = state.markers("CONFIRMED")?;
-    let abandoned = state.markers("ABANDONED")?;
-    let newest_confirmed = confirmed.iter().rev().find(|n| completed.contains(n)).copied();
-    let candidate = completed.iter().rev().find(|n| !abandoned.contains(n)).copied();
-    let restored: Option<Checkpoint> = match candidate {
-        None => {
-            sink.open_sink().await.context("opening the sink")?;
-            None
+        let mut source_options = SourceOptions::new(&args.connect.brokers, &args.from);
+        source_options.security = security.clone();
+        source_options.client.request_timeout = Some(client.request_timeout);
+        source_options.group_id = format!("clink-copy-{}", args.transactional_id);
+        source_options.backend = backend;
+        source_options.subtask_index = index;
+        source_options.source_parallelism = args.parallelism;
+        if args.parallelism > 1 {
+            // Every poll round waits for each subtask's produce: an idle
+            // source (no partition, or drained) must not hold the busy ones
+            // back for the default 100 ms.
+            source_options.poll_timeout = Duration::from_millis(10);
         }
-        Some(n) if confirmed.contains(&n) => {
-            let cp = state.read_checkpoint(n)?;
-            sink.open_sink().await.context("opening the sink")?;
-            eprintln!("copy: restored from confirmed checkpoint {n}");
-            Some(cp)
+        if let Some(n) = args.max_batch_records {
+            if n == 0 {
+                bail!("--max-batch-records must be at least 1");
+            }
+            source_options.max_batch_size = n;
         }
-        Some(n) => {
-            let cp = state.read_checkpoint(n)?;
-            sink.restore_rows(&cp.rows).context("restoring the sink")?;
-            sink.open_sink().await.with_context(|| {
-                format!("restoring completed but unconfirmed checkpoint {n}: resolving its prepared transaction")
-            })?;
-            fault_point(FaultPoint::AfterRecoveryOpen);
-            if sink.orphans().iter().any(|o| o.checkpoint == n) {
-                state.write_marker("ABANDONED", n)?;
-                let fallback = newest_confirmed.filter(|m| *m < n);
+        if let Some(rack) = &args.client_rack {
+            if rack.trim().is_empty() {
+                bail!("--client-rack must name a rack (leave it out to read from leaders)");
+            }
+            source_options.consumer.client_rack = Some(rack.clone());
+        }
+        let source = selected::kafka_source(source_options).context("configuring the source")?;
+        subtasks.push(Subtask {
+            index,
+            source,
+            sink,
+            watermarks: PartitionWatermarks::new([]),
+        });
+    }
+
+    let (restored, restore_point) = restore(&mut coordinator, &mut subtasks).await?;
+    let mut total = match &restored {
+        Some(cp) => records_in(cp)?,
+        None => 0,
+    };
+    for s in &mut subtasks {
+        if let Some(point) = restore_point {
+            s.sink
+                .on_restore_point(point)
+                .with_context(|| format!("arming replay suppression at subtask {}", s.index))?;
+            if let Some(horizon) = s.sink.stats().and_then(|st| st.suppression_horizon) {
                 eprintln!(
-                    "copy: checkpoint {n}'s transaction is not committed and cannot be: restoring from {} and \
-                     replaying its interval",
-                    fallback.map_or("the beginning".to_owned(), |m| format!("confirmed checkpoint {m}"))
+                    "copy: replay suppression armed at subtask {}: replayed records with a timestamp at or below \
+                     {horizon} are published already",
+                    s.index
                 );
-                match fallback {
-                    Some(m) => Some(state.read_checkpoint(m)?),
-                    None => None,
-                }
-            } else {
-                state.write_marker("CONFIRMED", n)?;
-                state.prune_below(n);
-                let stats = sink.stats();
-                eprintln!(
-                    "copy: restored from checkpoint {n}: its commit is confirmed now (resolved by receipt: {}, \
-                     over the wire: {})",
-                    stats.resolved_by_receipt, stats.resolved_over_the_wire
-                );
-                Some(cp)
             }
         }
-    };
-    let mut next_id = completed
-        .iter()
-        .chain(&confirmed)
-        .chain(&abandoned)
-        .max()
-        .map_or(1, |m| m + 1);
-    let mut total = restored.as_ref().map_or(0, |cp| cp.records);
-    if let Some(cp) = &restored {
-        source.restore(&cp.rows).context("restoring the source")?;
+        if let Some(cp) = &restored {
+            s.source.restore(&cp.rows).context("restoring the source")?;
+        }
+        s.source.open().await.context("opening the source")?;
+        let owned: Vec<i32> = s
+            .source
+            .snapshot()
+            .iter()
+            .filter_map(|row| match ResumeRow::from_state(row) {
+                Ok(Some(r)) if r.topic == args.from => Some(r.partition),
+                _ => None,
+            })
+            .collect();
+        s.watermarks = PartitionWatermarks::new(owned);
     }
-    source.open().await.context("opening the source")?;
     eprintln!(
-        "copy: {} -> {}: starting at checkpoint {next_id}, {} records copied so far",
+        "copy: {} -> {}: {} subtask(s), starting at checkpoint {}, {} records copied so far",
         args.from,
         args.to,
+        args.parallelism,
+        coordinator.markers().next_id(),
         thousands(total)
     );
 
@@ -576,20 +637,30 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     let mut last_checkpoint = Instant::now();
     let mut since_checkpoint = 0u64;
     let mut checkpoints = 0u64;
+    let mut last = None;
+    let mut progress = super::progress::Progress::new("copy");
     loop {
-        let mut batches: Vec<Vec<KafkaMessage>> = Vec::new();
-        let emitted = source.produce(&mut batches).await.context("reading the source")?;
-        for batch in batches {
-            if batch.is_empty() {
-                continue;
+        let mut emitted = 0usize;
+        let polled = produce_all(&mut subtasks).await;
+        for (s, (produced, batches)) in subtasks.iter_mut().zip(polled) {
+            emitted += produced.context("reading the source")?;
+            for batch in batches {
+                if batch.is_empty() {
+                    continue;
+                }
+                s.watermarks.observe(&batch);
+                s.sink.send_batch(batch).await.context("writing to the sink")?;
+                if let Some(w) = s.watermarks.current() {
+                    s.sink.on_watermark(w);
+                }
+                fault_point(FaultPoint::MidBatch, Some(s.index));
             }
-            sink.send_batch(batch).await.context("writing to the sink")?;
-            fault_point(FaultPoint::MidBatch);
         }
         if emitted > 0 {
             last_record = Instant::now();
             since_checkpoint += emitted as u64;
         }
+        progress.update(total + since_checkpoint, || None);
         let idle = last_record.elapsed() >= until_idle;
         let reached = args.expected.is_some_and(|e| total + since_checkpoint >= e);
         let due = match trigger {
@@ -597,35 +668,14 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             Trigger::Interval(d) => last_checkpoint.elapsed() >= d,
         };
         if since_checkpoint > 0 && (due || idle || reached) {
-            let id = next_id;
-            let mut rows = source.snapshot();
-            let sink_rows = sink
-                .barrier(id)
-                .await
-                .with_context(|| format!("barrier of checkpoint {id}"))?;
-            fault_point(FaultPoint::AfterBarrier);
-            rows.extend(sink_rows);
-            let cp = Checkpoint {
-                id,
-                records: total + since_checkpoint,
-                rows,
-            };
-            state.write_checkpoint(&cp)?;
-            fault_point(FaultPoint::AfterStateWritten);
-            state.write_marker("COMPLETED", id)?;
-            fault_point(FaultPoint::AfterCompleted);
-            sink.commit(id)
-                .await
-                .with_context(|| format!("committing checkpoint {id}"))?;
-            fault_point(FaultPoint::AfterCommit);
-            state.write_marker("CONFIRMED", id)?;
-            fault_point(FaultPoint::AfterConfirmed);
-            state.prune_below(id);
-            total = cp.records;
+            let records = total + since_checkpoint;
+            let id = checkpoint(&mut coordinator, &mut subtasks, records).await?;
+            total = records;
             since_checkpoint = 0;
-            next_id += 1;
             checkpoints += 1;
+            last = Some(id);
             last_checkpoint = Instant::now();
+            progress.finish();
             eprintln!("copy: checkpoint {id} confirmed: {} records copied", thousands(total));
             continue;
         }
@@ -640,16 +690,27 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    source.close().await.context("closing the source")?;
-    sink.close_sink().await.context("closing the sink")?;
-    let last = next_id - 1;
+    progress.finish();
+    for s in &mut subtasks {
+        s.source.close().await.context("closing the source")?;
+        s.sink.close_sink().await.context("closing the sink")?;
+    }
+    let last = last.unwrap_or_else(|| coordinator.markers().next_id() - 1);
+    let (suppressed, unjudged) = subtasks
+        .iter()
+        .filter_map(|s| s.sink.stats())
+        .fold((0, 0), |(a, b), st| {
+            (a + st.records_suppressed, b + st.suppression_passed_through)
+        });
     println!(
-        "copy-done records={total} checkpoints={checkpoints} last-checkpoint={last} restored-from={}",
+        "copy-done records={total} checkpoints={checkpoints} last-checkpoint={last} restored-from={} \
+         suppressed={suppressed} unjudged={unjudged}",
         restored.as_ref().map_or("none".to_owned(), |cp| cp.id.to_string())
     );
     eprintln!(
-        "copy: done: {} records copied, {checkpoints} checkpoints in this run",
-        thousands(total)
+        "copy: done: {} records copied, {checkpoints} checkpoints in this run, {suppressed} replayed records \
+         suppressed",
+        thousands(total),
     );
     match args.expected {
         Some(e) if total < e => {
@@ -657,28 +718,234 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
                 "copy: idle for {} ms with {total} of --expected {e} records",
                 args.until_idle_ms
             );
-            Ok(3)
+            Ok(super::exit::COPY_SHORT)
         }
-        _ => Ok(0),
+        _ => Ok(super::exit::OK),
     }
+}
+
+type Polled = (clink_kafka::connector::Result<usize>, Vec<Vec<KafkaMessage>>);
+
+/// One `produce` of every subtask's source, concurrently (an idle source
+/// waits its poll timeout; the others' batches do not wait behind it).
+/// Results in subtask order.
+async fn produce_all(subtasks: &mut [Subtask]) -> Vec<Polled> {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    let mut futures: Vec<Pin<Box<dyn Future<Output = Polled> + Send + '_>>> = subtasks
+        .iter_mut()
+        .map(|s| {
+            Box::pin(async move {
+                let mut batches = Vec::new();
+                let produced = s.source.produce(&mut batches).await;
+                (produced, batches)
+            }) as Pin<Box<dyn Future<Output = Polled> + Send + '_>>
+        })
+        .collect();
+    let mut done: Vec<Option<Polled>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
+            if slot.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(v) => *slot = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    done.into_iter().map(|d| d.expect("every future completed")).collect()
+}
+
+/// What a restore decided: the state the sources resume from, and the
+/// restore point for [`Sink::on_restore_point`] (`None` on a fresh
+/// submit, which ignores receipts; `Some(None)`: a fallback to the
+/// beginning).
+type Restored = (Option<CheckpointState>, Option<Option<u64>>);
+
+/// The restore: the coordinator's plan, every sink opened (resolving before
+/// fencing), the verdicts settled.
+async fn restore(coordinator: &mut Coordinator, subtasks: &mut [Subtask]) -> anyhow::Result<Restored> {
+    match coordinator.restore_plan() {
+        RestorePlan::Fresh => {
+            for s in subtasks.iter_mut() {
+                s.sink.open_sink().await.context("opening the sink")?;
+            }
+            Ok((None, None))
+        }
+        RestorePlan::Confirmed(n) => {
+            let cp = coordinator.read_state(n)?;
+            for s in subtasks.iter_mut() {
+                s.sink.open_sink().await.context("opening the sink")?;
+            }
+            eprintln!("copy: restored from confirmed checkpoint {n}");
+            Ok((Some(cp), Some(Some(n))))
+        }
+        RestorePlan::Unconfirmed { checkpoint: n, .. } => {
+            let cp = coordinator.read_state(n)?;
+            // Every subtask resolves (never stopping at the first refusal)
+            // before the coordinator decides.
+            let mut verdicts = Vec::new();
+            let mut held = None;
+            let mut failed = None;
+            for s in subtasks.iter_mut() {
+                s.sink.restore_rows(&cp.rows).context("restoring the sink")?;
+                match s.sink.open_sink().await {
+                    Ok(()) => fault_point(FaultPoint::AfterRecoveryOpen, Some(s.index)),
+                    Err(e @ ConnectorError::InDoubt { .. }) => {
+                        held.get_or_insert(e);
+                    }
+                    // Not a verdict (an init that failed, …): the walk goes
+                    // on, the restore fails after it without deciding.
+                    Err(e) => {
+                        failed.get_or_insert((s.index, e));
+                    }
+                }
+                verdicts.push((s.index, s.sink.restore_verdicts()));
+            }
+            if let Some((index, e)) = failed {
+                return Err(e).with_context(|| {
+                    format!(
+                        "restoring completed but unconfirmed checkpoint {n}: opening subtask {index}'s sink (nothing \
+                         decided; restart to retry)"
+                    )
+                });
+            }
+            match coordinator.settle_restore(n, &verdicts)? {
+                RestoreDecision::Confirm { .. } => {
+                    let (by_receipt, over_the_wire) = subtasks.iter().fold((0, 0), |(r, w), s| {
+                        let (sr, sw) = s.sink.resolved();
+                        (r + sr, w + sw)
+                    });
+                    eprintln!(
+                        "copy: restored from checkpoint {n}: its commit is confirmed now (resolved by receipt: \
+                         {by_receipt}, over the wire: {over_the_wire})"
+                    );
+                    Ok((Some(cp), Some(Some(n))))
+                }
+                RestoreDecision::FallBack {
+                    to,
+                    not_committed,
+                    committed,
+                    ..
+                } => {
+                    eprintln!(
+                        "copy: checkpoint {n}'s transaction is not committed and cannot be: restoring from {} and \
+                         replaying its interval (not committed: subtask(s) {not_committed:?})",
+                        to.map_or("the beginning".to_owned(), |m| format!("confirmed checkpoint {m}"))
+                    );
+                    if !committed.is_empty() {
+                        eprintln!(
+                            "copy: a mixed verdict: subtask(s) {committed:?} committed checkpoint {n} (receipted); \
+                             their sinks' replay suppression judges the replayed records"
+                        );
+                    }
+                    match to {
+                        Some(m) => Ok((Some(coordinator.read_state(m)?), Some(Some(m)))),
+                        None => Ok((None, Some(None))),
+                    }
+                }
+                RestoreDecision::Hold { unreachable, .. } => {
+                    let e = held.map_or_else(|| "unreachable".to_owned(), |e| e.to_string());
+                    bail!(
+                        "restoring completed but unconfirmed checkpoint {n}: resolving its prepared transaction: \
+                         held, subtask(s) {unreachable:?} could not reach the broker (nothing was fenced; restart to \
+                         retry): {e}"
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// A subtask's event-time watermark, what `copy` hands its sink
+/// ([`Sink::on_watermark`]): each owned partition's highest record
+/// timestamp, the lowest across them. A partition that has delivered
+/// nothing yet holds it back (no watermark), so the watermark never
+/// claims a record of a partition it has not seen. It is a true watermark
+/// (nothing at or below it follows) when each partition's timestamps
+/// strictly increase: the watermark-monotone feed replay suppression is
+/// exact for (the spec's premise; otherwise run with
+/// `--replay-suppression false`).
+#[derive(Debug)]
+struct PartitionWatermarks {
+    max: std::collections::BTreeMap<i32, Option<i64>>,
+}
+
+impl PartitionWatermarks {
+    fn new(partitions: impl IntoIterator<Item = i32>) -> Self {
+        PartitionWatermarks {
+            max: partitions.into_iter().map(|p| (p, None)).collect(),
+        }
+    }
+
+    /// Takes a batch's timestamps (none: -1, ignored) into account.
+    fn observe(&mut self, batch: &[KafkaMessage]) {
+        for m in batch.iter().filter(|m| m.timestamp >= 0) {
+            let max = self.max.entry(m.partition).or_insert(None);
+            *max = Some(max.map_or(m.timestamp, |t| t.max(m.timestamp)));
+        }
+    }
+
+    fn current(&self) -> Option<i64> {
+        self.max.values().try_fold(None, |low: Option<i64>, max| {
+            max.map(|m| Some(low.map_or(m, |l| l.min(m))))
+        })?
+    }
+}
+
+/// One checkpoint through the coordinator; returns its id once confirmed.
+async fn checkpoint(coordinator: &mut Coordinator, subtasks: &mut [Subtask], records: u64) -> anyhow::Result<u64> {
+    let id = coordinator.begin_checkpoint()?;
+    for s in subtasks.iter_mut() {
+        let mut rows = s.source.snapshot();
+        let sink_rows = s
+            .sink
+            .barrier(id)
+            .await
+            .with_context(|| format!("barrier of checkpoint {id} at subtask {}", s.index))?;
+        fault_point(FaultPoint::AfterBarrier, Some(s.index));
+        rows.extend(sink_rows);
+        coordinator.collect(s.index, rows)?;
+    }
+    coordinator.write_state(vec![records_row(records)])?;
+    fault_point(FaultPoint::AfterStateWritten, None);
+    coordinator.mark_completed()?;
+    fault_point(FaultPoint::AfterCompleted, None);
+    for s in subtasks.iter_mut() {
+        s.sink
+            .commit(id)
+            .await
+            .with_context(|| format!("committing checkpoint {id} at subtask {}", s.index))?;
+        fault_point(FaultPoint::AfterCommit, Some(s.index));
+        coordinator.commit_returned(s.index)?;
+    }
+    coordinator.confirm()?;
+    fault_point(FaultPoint::AfterConfirmed, None);
+    Ok(id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("clink-copy-unit-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
-
     #[test]
     fn fault_specs_parse_and_bad_ones_name_the_allowed_points() {
         let f = parse_fault("after-completed:2").unwrap();
-        assert_eq!((f.point, f.at), (FaultPoint::AfterCompleted, 2));
+        assert_eq!((f.point, f.at, f.subtask), (FaultPoint::AfterCompleted, 2, None));
         let f = parse_fault("mid-batch").unwrap();
         assert_eq!((f.point, f.at), (FaultPoint::MidBatch, 1));
+        let f = parse_fault("after-commit:3@2").unwrap();
+        assert_eq!((f.point, f.at, f.subtask), (FaultPoint::AfterCommit, 3, Some(2)));
+        let f = parse_fault("after-resolve@1").unwrap();
+        assert_eq!((f.point, f.at, f.subtask), (FaultPoint::AfterResolve, 1, Some(1)));
         let e = parse_fault("after-lunch").err().unwrap().to_string();
         assert!(
             e.contains("CLINK_KAFKA_FAULT") && e.contains("after-end-txn") && e.contains("after-recovery-open"),
@@ -688,108 +955,54 @@ mod tests {
             let e = parse_fault(bad).err().unwrap().to_string();
             assert!(e.contains(">= 1"), "{bad}: {e}");
         }
+        for bad in ["after-commit@x", "after-commit@-1", "after-commit:2@"] {
+            let e = parse_fault(bad).err().unwrap().to_string();
+            assert!(e.contains("'@'"), "{bad}: {e}");
+        }
+        let e = parse_fault("after-completed@1").err().unwrap().to_string();
+        assert!(e.contains("coordinator point"), "{e}");
         for p in FaultPoint::ALL {
             assert_eq!(parse_fault(p.name()).unwrap().point, p);
         }
     }
 
     #[test]
-    fn checkpoint_state_round_trips_and_another_jobs_state_is_refused() {
-        let dir = temp_dir("roundtrip");
-        let state = StateDir::open(&dir, "in", "out", "tx").unwrap();
-        let cp = Checkpoint {
-            id: 7,
-            records: 1234,
-            rows: vec![
-                StateRow {
-                    key: "kafka-source/in/0".into(),
-                    value: b"42".to_vec(),
-                },
-                StateRow {
-                    key: "kafka_2pc/tx/7".into(),
-                    value: vec![0, 0xff, b';', b'\n'],
-                },
-            ],
+    fn job_ids_are_one_path_component() {
+        assert_eq!(job_id("copy-tx_1.a"), "copy-tx_1.a");
+        assert_eq!(job_id("a/b c"), "a%2Fb%20c");
+        assert_eq!(job_id(".."), "%2E.");
+    }
+
+    #[test]
+    fn the_watermark_is_the_lowest_partition_maximum_once_every_partition_spoke() {
+        let msg = |partition: i32, timestamp: i64| {
+            let mut m = KafkaMessage::new("v");
+            m.partition = partition;
+            m.timestamp = timestamp;
+            m
         };
-        state.write_checkpoint(&cp).unwrap();
-        state.write_marker("COMPLETED", 7).unwrap();
-        let back = state.read_checkpoint(7).unwrap();
-        assert_eq!((back.id, back.records, back.rows), (7, 1234, cp.rows.clone()));
-        assert_eq!(
-            state.markers("COMPLETED").unwrap().into_iter().collect::<Vec<_>>(),
-            vec![7]
-        );
-        assert!(state.markers("CONFIRMED").unwrap().is_empty());
-        assert!(state.read_checkpoint(8).is_err(), "no such checkpoint");
-
-        let other = StateDir::open(&dir, "in", "elsewhere", "tx").unwrap();
-        let e = format!("{:#}", other.read_checkpoint(7).err().unwrap());
-        assert!(
-            e.contains("another job") && e.contains("to=out") && e.contains("to=elsewhere"),
-            "{e}"
-        );
-
-        std::fs::write(dir.join("chk-9.state"), "garbage").unwrap();
-        let e = format!("{:#}", state.read_checkpoint(9).err().unwrap());
-        assert!(e.contains("chk-9.state"), "{e}");
-        std::fs::write(
-            dir.join("chk-10.state"),
-            format!("{STATE_HEADER}\n{}checkpoint=10\nrecords=1\nrow=k\tzz\n", state.job),
-        )
-        .unwrap();
-        let e = format!("{:#}", state.read_checkpoint(10).err().unwrap());
-        assert!(e.contains("not hex"), "{e}");
-        assert!(StateDir::open(&dir, "in", "out", "two\nlines").is_err());
-        let _ = std::fs::remove_dir_all(&dir);
+        let mut w = PartitionWatermarks::new([1, 5]);
+        assert_eq!(w.current(), None);
+        w.observe(&[msg(1, 10), msg(1, 30), msg(1, 20)]);
+        assert_eq!(w.current(), None, "partition 5 has delivered nothing");
+        w.observe(&[msg(5, -1)]);
+        assert_eq!(w.current(), None, "no timestamp, no event time");
+        w.observe(&[msg(5, 25)]);
+        assert_eq!(w.current(), Some(25));
+        w.observe(&[msg(5, 40)]);
+        assert_eq!(w.current(), Some(30));
+        w.observe(&[msg(1, 3)]);
+        assert_eq!(w.current(), Some(30), "a partition's maximum never goes back");
+        assert_eq!(PartitionWatermarks::new([]).current(), None);
     }
 
     #[test]
-    fn pruning_removes_only_what_is_below_the_confirmed_checkpoint() {
-        let dir = temp_dir("prune");
-        let state = StateDir::open(&dir, "in", "out", "tx").unwrap();
-        std::fs::create_dir_all(state.receipts()).unwrap();
-        let files = [
-            "chk-3.state",
-            "COMPLETED-3",
-            "CONFIRMED-3",
-            "ABANDONED-4",
-            "chk-12.state",
-            "COMPLETED-12",
-            "CONFIRMED-12",
-            ".chk-3.state.tmp",
-            "chk-x.state",
-            "receipts/sub0-3",
-            "receipts/sub0-3.unresolved",
-            "receipts/sub0-12",
-            "receipts/sub1-3",
-        ];
-        for f in files {
-            std::fs::write(dir.join(f), "x").unwrap();
-        }
-        state.prune_below(12);
-        let left: Vec<&str> = files.into_iter().filter(|f| dir.join(f).exists()).collect();
-        assert_eq!(
-            left,
-            [
-                "chk-12.state",
-                "COMPLETED-12",
-                "CONFIRMED-12",
-                ".chk-3.state.tmp",
-                "chk-x.state",
-                "receipts/sub0-3.unresolved",
-                "receipts/sub0-12",
-                "receipts/sub1-3",
-            ]
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn hex_round_trips_and_refuses_bad_digits() {
-        let all: Vec<u8> = (0..=255).collect();
-        assert_eq!(unhex(&hex(&all)).unwrap(), all);
-        assert_eq!(unhex("abc"), None);
-        assert_eq!(unhex("zz"), None);
-        assert_eq!(unhex("é"), None, "a multi-byte char never panics the slicing");
+    fn the_record_count_rides_in_the_state() {
+        let cp = CheckpointState {
+            id: 3,
+            rows: vec![records_row(1234)],
+        };
+        assert_eq!(records_in(&cp).unwrap(), 1234);
+        assert!(records_in(&CheckpointState { id: 3, rows: vec![] }).is_err());
     }
 }

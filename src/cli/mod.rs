@@ -10,15 +10,42 @@ use clink_kafka::wire::secret::Secret;
 pub mod backend;
 pub mod consume;
 pub mod copy;
+pub mod exit;
+pub mod logs;
 pub mod produce;
+pub mod progress;
 pub mod rdkafka_paths;
 pub mod roundtrip;
 pub mod sink2pc;
+pub mod topics;
 pub mod txn;
+pub mod value_format;
 
 /// Broker used when neither --brokers nor $CLINK_KAFKA_BROKERS is given
 /// (the plaintext listener of `scripts/kafka-local`).
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:19092";
+
+/// `--metrics-addr` of the long-running commands.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics (text format, GET /metrics) on this
+    /// loopback IP:PORT while the command runs, e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<String>,
+}
+
+impl MetricsArgs {
+    /// Starts the endpoint when asked; it serves until dropped. A
+    /// non-loopback or busy address is an error naming `--metrics-addr`.
+    pub async fn start(&self) -> anyhow::Result<Option<clink_kafka::metrics::MetricsEndpoint>> {
+        let Some(addr) = &self.metrics_addr else {
+            return Ok(None);
+        };
+        let endpoint = clink_kafka::metrics::serve("--metrics-addr", addr).await?;
+        eprintln!("metrics: http://{}/metrics", endpoint.local_addr());
+        Ok(Some(endpoint))
+    }
+}
 
 /// How to reach and authenticate to the cluster.
 #[derive(Args, Debug, Clone)]

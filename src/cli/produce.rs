@@ -18,10 +18,20 @@ pub struct ProduceArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     #[command(flatten)]
+    pub metrics: super::MetricsArgs,
+    #[command(flatten)]
     pub backend: super::backend::BackendArgs,
-    /// Topic to write to (must exist).
+    #[command(flatten)]
+    pub value_format: super::value_format::ValueFormatArgs,
+    /// Topic to write to. A missing one is created by a broker whose
+    /// auto.create.topics.enable is on (as the Java producer lets it),
+    /// unless --no-auto-create.
     #[arg(long)]
     pub topic: String,
+    /// Never let the broker create a missing topic (allow.auto.create.topics
+    /// =false): producing to one fails, naming it.
+    #[arg(long)]
+    pub no_auto_create: bool,
     /// Write to this partition (default: by key, or sticky when unkeyed).
     #[arg(long)]
     pub partition: Option<i32>,
@@ -83,9 +93,15 @@ pub(super) fn parse_line(
 
 /// Runs `produce`.
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
+    let _metrics = args.metrics.start().await?;
     match args.backend.backend()? {
         clink_kafka::connector::options::Backend::Native => {}
+        _ if args.value_format.is_set() => anyhow::bail!("--value-format runs on --backend native only"),
         other => return super::rdkafka_paths::produce(args, other).await,
+    }
+    let encoder = args.value_format.encoder(&args.topic).await?;
+    if encoder.is_some() && args.count.is_some() {
+        anyhow::bail!("--value-format encodes stdin lines (JSON); it does not apply to --count");
     }
     let config = args.connect.client_config()?;
     let compression: Compression = args.compression.parse().context("--compression")?;
@@ -98,6 +114,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         linger: Duration::from_millis(args.linger_ms),
         batch_size: args.batch_size,
         max_in_flight: args.max_in_flight,
+        allow_auto_create_topics: !args.no_auto_create,
         ..ProducerConfig::default()
     };
     let producer = Producer::new(cluster, producer_config)
@@ -114,10 +131,14 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         let mut r = ProducerRecord::new(topic.clone(), value);
         r.partition = args.partition;
         r.key = args.key.clone().map(Bytes::from);
-        r.headers = headers.clone();
+        if !headers.is_empty() {
+            r.headers = headers.clone();
+        }
         r
     };
     let started = Instant::now();
+    let mut progress = super::progress::Progress::new("produce");
+    let unknown_topic = |e: clink_kafka::Error| missing_topic_hint(e, &args.topic, args.no_auto_create);
     let mut pending = std::collections::VecDeque::new();
     let mut sent: u64 = 0;
     let mut failed: u64 = 0;
@@ -132,8 +153,9 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     if let Some(count) = args.count {
         let value = Bytes::from(vec![b'x'; args.value_size]);
         for _ in 0..count {
-            pending.push_back(producer.send(make(value.clone())).await?);
+            pending.push_back(producer.send(make(value.clone())).await.map_err(unknown_topic)?);
             sent += 1;
+            progress.update(sent, || None);
             while pending.len() > 50_000 {
                 handle(pending.pop_front().expect("non-empty").await);
             }
@@ -150,13 +172,18 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
                 args.key_delimiter.as_deref(),
                 args.null_marker.as_deref(),
             )?;
+            let value = match &encoder {
+                Some(e) => super::value_format::encode_line(e, value, sent + 1)?,
+                None => value,
+            };
             let mut record = make(Bytes::new());
             record.value = value;
             if args.key_delimiter.is_some() {
                 record.key = key;
             }
-            pending.push_back(producer.send(record).await?);
+            pending.push_back(producer.send(record).await.map_err(unknown_topic)?);
             sent += 1;
+            progress.update(sent, || None);
         }
     }
     producer.flush(Duration::from_secs(120)).await.context("flushing")?;
@@ -164,6 +191,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         handle(f.await);
     }
     let elapsed = started.elapsed();
+    progress.finish();
     eprintln!(
         "produced {} records to {} in {:.2} s ({} failed)",
         thousands(sent - failed),
@@ -174,6 +202,22 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     match first_error {
         Some(e) => Err(anyhow::Error::new(e).context(format!("{failed} records failed"))),
         None => Ok(()),
+    }
+}
+
+/// An unknown topic as the user meets it: why it was not created.
+fn missing_topic_hint(e: clink_kafka::Error, topic: &str, no_auto_create: bool) -> anyhow::Error {
+    let unknown = matches!(e, clink_kafka::Error::UnknownTopic { .. });
+    let e = anyhow::Error::new(e);
+    match (unknown, no_auto_create) {
+        (false, _) => e,
+        (true, true) => e.context(format!(
+            "topic {topic:?} does not exist and --no-auto-create is set (create it with `clink-kafka topics create`)"
+        )),
+        (true, false) => e.context(format!(
+            "topic {topic:?} does not exist and the broker did not create it (its auto.create.topics.enable \
+             is off?); create it with `clink-kafka topics create`"
+        )),
     }
 }
 

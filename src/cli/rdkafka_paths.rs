@@ -45,6 +45,7 @@ async fn producer(
     compression: Compression,
     linger: Duration,
     batch_size: usize,
+    allow_auto_create_topics: bool,
 ) -> anyhow::Result<SelectedProducer> {
     let mut o = SinkOptions::new(brokers, topic);
     o.backend = backend;
@@ -55,6 +56,12 @@ async fn producer(
     o.compression = compression;
     o.linger = linger;
     o.producer.batch_size = Some(batch_size);
+    if !allow_auto_create_topics {
+        // librdkafka's producer default is true, as natively.
+        o.rdkafka_properties
+            .0
+            .insert("allow.auto.create.topics".into(), "false".into());
+    }
     let mut p = SelectedProducer::for_options(&o).context("configuring the producer")?;
     p.connect().await.context("starting the producer")?;
     Ok(p)
@@ -74,6 +81,7 @@ pub async fn produce(args: ProduceArgs, backend: Backend) -> anyhow::Result<()> 
         compression,
         Duration::from_millis(args.linger_ms),
         args.batch_size,
+        !args.no_auto_create,
     )
     .await?;
     let headers: Vec<Header> = args
@@ -346,6 +354,7 @@ async fn roundtrip_on(
         compression,
         Duration::from_millis(args.linger_ms),
         args.batch_size,
+        true,
     )
     .await?;
     let started = Instant::now();

@@ -36,19 +36,8 @@ pub enum TxnCommand {
     /// CLINK_KAFKA_RESUME_TLS_CERT and _KEY for mTLS. With a CA set every
     /// connection is TLS; an unusable file is refused before connecting.
     ///
-    /// Exit codes, one per verdict:
-    ///   0  committed
-    ///   10 not committed: fenced
-    ///   11 not committed: timed out
-    ///   12 not committed: aborted (the success of --abort)
-    ///   13 not committed: unknown transactional id
-    ///   14 not committed: unsupported broker
-    ///   15 not committed: authentication refused
-    ///   16 not committed: no identity in the handle
-    ///   17 not committed: other refusal by the broker
-    ///   20 unreachable (transport failures after bounded retries)
-    ///   1  error before resolution (bad environment or arguments)
-    #[command(verbatim_doc_comment)]
+    /// Exit codes, one per verdict: see the list below (and `clink-kafka --help`).
+    #[command(verbatim_doc_comment, after_help = super::exit::help())]
     Resolve(ResolveArgs),
     /// Test helper: open a transaction, produce --count records, flush, print
     /// the resume handle as one line, then sleep (to be killed) without
@@ -221,19 +210,20 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
 
 /// The exit code of a verdict (documented in `txn resolve --help`).
 pub fn exit_code(verdict: &Verdict) -> u8 {
+    use super::exit;
     match verdict {
-        Verdict::Committed { .. } => 0,
+        Verdict::Committed { .. } => exit::OK,
         Verdict::NotCommitted { reason, .. } => match reason {
-            NotCommittedReason::Fenced => 10,
-            NotCommittedReason::TimedOut => 11,
-            NotCommittedReason::Aborted => 12,
-            NotCommittedReason::UnknownId => 13,
-            NotCommittedReason::UnsupportedBroker => 14,
-            NotCommittedReason::AuthenticationRefused => 15,
-            NotCommittedReason::NoIdentity => 16,
-            NotCommittedReason::Refused(_) => 17,
+            NotCommittedReason::Fenced => exit::RESOLVE_FENCED,
+            NotCommittedReason::TimedOut => exit::RESOLVE_TIMED_OUT,
+            NotCommittedReason::Aborted => exit::RESOLVE_ABORTED,
+            NotCommittedReason::UnknownId => exit::RESOLVE_UNKNOWN_ID,
+            NotCommittedReason::UnsupportedBroker => exit::RESOLVE_UNSUPPORTED_BROKER,
+            NotCommittedReason::AuthenticationRefused => exit::RESOLVE_AUTHENTICATION_REFUSED,
+            NotCommittedReason::NoIdentity => exit::RESOLVE_NO_IDENTITY,
+            NotCommittedReason::Refused(_) => exit::RESOLVE_REFUSED,
         },
-        Verdict::Unreachable { .. } => 20,
+        Verdict::Unreachable { .. } => exit::RESOLVE_UNREACHABLE,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Administration: CreateTopics, CreatePartitions and DeleteTopics, each waiting until
 //! the cluster's metadata agrees (a created topic has every partition led; a
 //! deleted one is gone), since the broker answers before the change has
-//! spread. See KIP-4 and
+//! spread; DescribeCluster; and the full Metadata answer (replicas, in-sync
+//! replicas) that `clink-kafka metadata` and `topics` show. See KIP-4 and
 //! <https://kafka.apache.org/protocol#The_Messages_CreateTopics>.
 
 use std::time::Duration;
@@ -9,10 +10,13 @@ use std::time::Duration;
 use clink_kafka_wire::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use clink_kafka_wire::kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use clink_kafka_wire::kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use clink_kafka_wire::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use clink_kafka_wire::kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest, TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest, MetadataRequest,
+    TopicName,
 };
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::KafkaCode;
 
 use super::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -63,6 +67,49 @@ pub struct BrokerDescription {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+}
+
+/// The cluster's Metadata answer in full: what [`Admin::describe_topics`]
+/// returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterMetadata {
+    pub cluster_id: Option<String>,
+    /// The node id Metadata names as controller (in KRaft, a live broker
+    /// that forwards to the quorum, as for DescribeCluster).
+    pub controller_id: i32,
+    /// Live brokers, by node id.
+    pub brokers: Vec<BrokerDescription>,
+    /// Topics by name.
+    pub topics: Vec<TopicDescription>,
+}
+
+/// One topic of a [`ClusterMetadata`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicDescription {
+    pub name: String,
+    /// An internal topic (`__consumer_offsets`, `__transaction_state`, …).
+    pub internal: bool,
+    /// The topic-level error (e.g. `LEADER_NOT_AVAILABLE` while it is being
+    /// created); `NONE` normally.
+    pub error: KafkaCode,
+    /// Partitions by index.
+    pub partitions: Vec<PartitionDescription>,
+}
+
+/// One partition of a [`TopicDescription`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionDescription {
+    pub partition: i32,
+    /// The leader's node id, -1 when there is none.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// Node ids of every replica, the preferred leader first.
+    pub replicas: Vec<i32>,
+    /// Node ids of the in-sync replicas.
+    pub isr: Vec<i32>,
+    /// Node ids of replicas on offline log directories or brokers.
+    pub offline_replicas: Vec<i32>,
+    pub error: KafkaCode,
 }
 
 /// Topic administration over a [`Cluster`].
@@ -210,6 +257,97 @@ impl Admin {
             cluster_id: response.cluster_id.to_string(),
             controller_id: response.controller_id.0,
             brokers,
+        })
+    }
+
+    /// The cluster's metadata with every replica and in-sync replica of
+    /// `topics` (`None`: every topic, internal ones included), from one
+    /// Metadata request that never creates a topic. A named topic the
+    /// cluster does not have is an `UNKNOWN_TOPIC_OR_PARTITION` error naming
+    /// it; a topic another error keeps from being described (e.g. while it
+    /// is being created) is returned with that error and the partitions the
+    /// broker sent.
+    ///
+    /// Cancel safety: this method is cancel safe (it changes nothing).
+    pub async fn describe_topics(&self, topics: Option<&[&str]>) -> Result<ClusterMetadata> {
+        let mut request = MetadataRequest::default();
+        request.topics = topics.map(|names| {
+            names
+                .iter()
+                .map(|t| {
+                    let mut r = MetadataRequestTopic::default();
+                    r.name = Some(TopicName(StrBytes::from_string((*t).to_owned())));
+                    r
+                })
+                .collect()
+        });
+        request.allow_auto_topic_creation = false;
+        let conn = self.cluster.any_broker().await?;
+        let response = conn.request(&request).await?;
+        if response.error_code != 0 {
+            return Err(Error::kafka(
+                "Metadata",
+                conn.broker(),
+                None,
+                None,
+                response.error_code,
+                None,
+            ));
+        }
+        let ids = |nodes: &[clink_kafka_wire::kafka_protocol::messages::BrokerId]| -> Vec<i32> {
+            nodes.iter().map(|n| n.0).collect()
+        };
+        let mut described = Vec::with_capacity(response.topics.len());
+        for t in &response.topics {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            if t.error_code == KafkaCode::UNKNOWN_TOPIC_OR_PARTITION.0 {
+                return Err(Error::kafka(
+                    "Metadata",
+                    conn.broker(),
+                    Some(name.as_str()),
+                    None,
+                    t.error_code,
+                    None,
+                ));
+            }
+            let mut partitions: Vec<PartitionDescription> = t
+                .partitions
+                .iter()
+                .map(|p| PartitionDescription {
+                    partition: p.partition_index,
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    replicas: ids(&p.replica_nodes),
+                    isr: ids(&p.isr_nodes),
+                    offline_replicas: ids(&p.offline_replicas),
+                    error: KafkaCode(p.error_code),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            described.push(TopicDescription {
+                name,
+                internal: t.is_internal,
+                error: KafkaCode(t.error_code),
+                partitions,
+            });
+        }
+        described.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut brokers: Vec<BrokerDescription> = response
+            .brokers
+            .iter()
+            .map(|b| BrokerDescription {
+                node_id: b.node_id.0,
+                host: b.host.to_string(),
+                port: b.port,
+                rack: b.rack.as_ref().map(|r| r.to_string()),
+            })
+            .collect();
+        brokers.sort_by_key(|b| b.node_id);
+        Ok(ClusterMetadata {
+            cluster_id: response.cluster_id.as_ref().map(|c| c.to_string()),
+            controller_id: response.controller_id.0,
+            brokers,
+            topics: described,
         })
     }
 

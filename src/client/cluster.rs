@@ -25,7 +25,7 @@ use clink_kafka_wire::KafkaCode;
 use super::backoff::Backoff;
 use super::connection::BrokerConnection;
 use super::ClientConfig;
-use crate::error::{Error, Result};
+use crate::error::{BrokerRef, Error, Result};
 
 /// One broker from Metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,7 +239,17 @@ impl Cluster {
 
     /// Fetches metadata for `topics` (none: just the brokers) and merges it
     /// into the cache. Topics the broker does not know are dropped from it.
+    /// Never asks the broker to create a topic.
     pub async fn refresh_topics(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        self.refresh(topics, false).await
+    }
+
+    /// [`Cluster::refresh_topics`], with Metadata's
+    /// `allow_auto_topic_creation` (v4+) as given: a broker whose
+    /// `auto.create.topics.enable` is on then creates a missing topic (and
+    /// answers `LEADER_NOT_AVAILABLE` or `UNKNOWN_TOPIC_OR_PARTITION` until
+    /// it is ready).
+    async fn refresh(&self, topics: &[&str], allow_auto_create: bool) -> Result<Arc<Metadata>> {
         let mut request = MetadataRequest::default();
         request.topics = Some(
             topics
@@ -251,7 +261,7 @@ impl Cluster {
                 })
                 .collect(),
         );
-        request.allow_auto_topic_creation = false;
+        request.allow_auto_topic_creation = allow_auto_create;
         let mut attempt = 0;
         let (broker, response) = loop {
             let conn = self.any_broker().await?;
@@ -269,7 +279,8 @@ impl Cluster {
             return Err(Error::kafka("Metadata", &broker, None, None, response.error_code, None));
         }
         let mut lock = self.inner.metadata.write().expect("metadata lock");
-        let mut md: Metadata = (**lock).clone();
+        let old = lock.clone();
+        let mut md: Metadata = (*old).clone();
         md.cluster_id = response.cluster_id.as_ref().map(|s| s.to_string());
         md.controller_id = response.controller_id.0;
         md.brokers = response
@@ -326,6 +337,9 @@ impl Cluster {
         let md = Arc::new(md);
         *lock = md.clone();
         drop(lock);
+        if self.inner.config.debug {
+            log_metadata_changes(&broker, &old, &md);
+        }
         if let Some((topic, code)) = refused {
             return Err(Error::kafka("Metadata", &broker, Some(&topic), None, code, None));
         }
@@ -333,15 +347,34 @@ impl Cluster {
     }
 
     /// The topic's metadata, from the cache or fetched; retries while the
-    /// topic is unknown, up to `metadata_max_wait`.
+    /// topic is unknown, up to `metadata_max_wait`. Never creates the topic.
+    ///
+    /// Cancel safety: this method is cancel safe (it only swaps the metadata
+    /// cache whole).
     pub async fn topic(&self, topic: &str) -> Result<TopicMetadata> {
+        self.lookup(topic, false).await
+    }
+
+    /// [`Cluster::topic`] for a producer: each Metadata request it sends
+    /// sets `allow_auto_topic_creation` to `allow_auto_create`, as the
+    /// Java producer does with `allow.auto.create.topics` (default true),
+    /// so a broker with `auto.create.topics.enable` creates a missing
+    /// topic; retries while it is being created, up to `metadata_max_wait`.
+    ///
+    /// Cancel safety: this method is cancel safe (a dropped call may have
+    /// made the broker create the topic, which a retry finds).
+    pub async fn topic_for_produce(&self, topic: &str, allow_auto_create: bool) -> Result<TopicMetadata> {
+        self.lookup(topic, allow_auto_create).await
+    }
+
+    async fn lookup(&self, topic: &str, allow_auto_create: bool) -> Result<TopicMetadata> {
         if let Some(t) = self.metadata().topics.get(topic) {
             return Ok(t.clone());
         }
         let started = Instant::now();
         let mut backoff = self.backoff();
         loop {
-            let md = self.refresh_topics(&[topic]).await?;
+            let md = self.refresh(&[topic], allow_auto_create).await?;
             if let Some(t) = md.topics.get(topic) {
                 return Ok(t.clone());
             }
@@ -362,8 +395,11 @@ impl Cluster {
     }
 
     /// The leader of `topic[partition]` and a connection to it. Retries a
-    /// missing leader with bounded backoff; an unreachable leader refreshes
-    /// the metadata once, in case leadership moved.
+    /// missing or unreachable leader (refreshing the metadata, in case
+    /// leadership moved) with bounded backoff, up to `metadata_max_wait`.
+    ///
+    /// Cancel safety: this method is cancel safe: it only refreshes the
+    /// metadata cache (swapped whole) and opens connections into their slots.
     pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, BrokerConnection)> {
         let started = Instant::now();
         let mut backoff = self.backoff();
@@ -390,12 +426,21 @@ impl Cluster {
                 match self.broker(p.leader).await {
                     Ok(conn) => return Ok((p.leader, conn)),
                     // The cached leader is unreachable: leadership may have
-                    // moved (failover). Look once more before giving up; the
-                    // caller's retries take it from there.
-                    Err(e) if e.is_connection_error() && !leader_rechecked => {
-                        leader_rechecked = true;
+                    // moved (failover), or is about to: a killed broker
+                    // stays leader in the metadata until the controller
+                    // fences it (broker.session.timeout.ms, 9 s by default).
+                    // Look again at once, then with backoff, up to
+                    // metadata_max_wait, as for a missing leader.
+                    Err(e) if e.is_connection_error() => {
+                        if started.elapsed() >= self.inner.config.metadata_max_wait {
+                            return Err(e);
+                        }
                         tracing::debug!(topic, partition, leader = p.leader, error = %e,
                             "leader unreachable; refreshing metadata");
+                        if leader_rechecked {
+                            backoff.sleep().await;
+                        }
+                        leader_rechecked = true;
                         self.refresh_topics(&[topic]).await?;
                         continue;
                     }
@@ -472,4 +517,26 @@ pub(crate) fn needs_metadata_refresh(code: KafkaCode) -> bool {
             | KafkaCode::FENCED_LEADER_EPOCH
             | KafkaCode::UNKNOWN_LEADER_EPOCH
     )
+}
+
+/// `ClientConfig::debug`: one line per topic whose partitions, leaders or
+/// leader epochs changed, and per topic that left the cache.
+fn log_metadata_changes(broker: &BrokerRef, old: &Metadata, new: &Metadata) {
+    let leaders = |t: &TopicMetadata| -> Vec<(i32, i32, i32)> {
+        t.partitions
+            .iter()
+            .map(|p| (p.partition, p.leader, p.leader_epoch))
+            .collect()
+    };
+    for (name, t) in &new.topics {
+        let now = leaders(t);
+        if old.topics.get(name).map(leaders).as_ref() != Some(&now) {
+            let described: Vec<String> = now.iter().map(|(p, l, e)| format!("{p}:leader={l}@{e}")).collect();
+            tracing::debug!(target: "clink_kafka::protocol", %broker, topic = %name,
+                partitions = %described.join(" "), "metadata changed");
+        }
+    }
+    for name in old.topics.keys().filter(|n| !new.topics.contains_key(*n)) {
+        tracing::debug!(target: "clink_kafka::protocol", %broker, topic = %name, "metadata: topic no longer usable");
+    }
 }

@@ -42,6 +42,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
+use super::metrics::RequestMetrics;
 use super::tls::TlsConnector;
 use super::ClientConfig;
 use crate::error::{BrokerRef, Error, Result};
@@ -100,6 +101,8 @@ struct InFlight {
     api: &'static str,
     version: i16,
     reply: oneshot::Sender<Result<Bytes>>,
+    /// When it was handed to the writer (for the latency series).
+    sent_at: Instant,
 }
 
 type InFlightMap = Mutex<HashMap<i32, InFlight>>;
@@ -197,6 +200,13 @@ impl BrokerConnection {
             return Err(e);
         }
         tracing::debug!(broker = %conn.shared.broker, protocol = %config.security_protocol, "connected");
+        if config.debug {
+            // The mechanism and user only: never the password.
+            tracing::debug!(target: "clink_kafka::protocol", broker = %conn.shared.broker,
+                protocol = %config.security_protocol,
+                sasl_mechanism = config.sasl.as_ref().map(|s| s.mechanism.name()),
+                sasl_username = config.sasl.as_ref().map(|s| s.username.as_str()), "connected");
+        }
         Ok(conn)
     }
 
@@ -220,6 +230,8 @@ impl BrokerConnection {
             tls,
             max_idle: config.connections_max_idle,
             last_activity: last_activity.clone(),
+            metrics: RequestMetrics::new(config),
+            debug: config.debug,
         };
         tokio::spawn(driver.run(rd, wr, rx));
         BrokerConnection {
@@ -539,6 +551,9 @@ struct Driver {
     /// `connections_max_idle` (zero: never).
     max_idle: Duration,
     last_activity: Arc<Mutex<Instant>>,
+    metrics: RequestMetrics,
+    /// `ClientConfig::debug`: log each request and answer.
+    debug: bool,
 }
 
 impl Driver {
@@ -576,6 +591,7 @@ impl Driver {
             .drain()
             .map(|(_, v)| v)
             .collect();
+        self.metrics.abandoned(waiting.len());
         for w in waiting {
             let _ = w.reply.send(Err(error.clone()));
         }
@@ -643,6 +659,12 @@ impl Driver {
                 *self.last_activity.lock().expect("activity lock") = Instant::now();
                 match waiter {
                     Some(w) => {
+                        let latency = w.sent_at.elapsed();
+                        self.metrics.answered(w.api, latency, frame.len());
+                        if self.debug {
+                            tracing::debug!(target: "clink_kafka::protocol", broker = %self.broker, api = w.api,
+                                version = w.version, correlation_id, bytes = frame.len(), ?latency, "response");
+                        }
                         let _ = w.reply.send(Ok(frame));
                     }
                     None => {
@@ -684,7 +706,10 @@ impl Driver {
             // Register before writing, so a fast answer always finds its waiter.
             {
                 let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+                let now = Instant::now();
                 for c in batch.iter_mut() {
+                    let answered = c.reply.is_some();
+                    self.metrics.sent(c.api, c.frame.len(), answered);
                     if let Some(reply) = c.reply.take() {
                         in_flight.insert(
                             c.correlation_id,
@@ -692,14 +717,20 @@ impl Driver {
                                 api: c.api,
                                 version: c.version,
                                 reply,
+                                sent_at: now,
                             },
                         );
                     }
                 }
             }
             for c in batch.drain(..) {
-                tracing::trace!(broker = %self.broker, api = c.api, version = c.version,
-                    correlation_id = c.correlation_id, bytes = c.frame.len(), "write");
+                if self.debug {
+                    tracing::debug!(target: "clink_kafka::protocol", broker = %self.broker, api = c.api,
+                        version = c.version, correlation_id = c.correlation_id, bytes = c.frame.len(), "request");
+                } else {
+                    tracing::trace!(broker = %self.broker, api = c.api, version = c.version,
+                        correlation_id = c.correlation_id, bytes = c.frame.len(), "write");
+                }
                 wr.write_all(&c.frame).await.map_err(|e| self.io_error(e))?;
                 if let Some(written) = c.written {
                     pending_written.push(written);

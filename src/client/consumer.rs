@@ -13,13 +13,14 @@
 //!
 //! Memory is bounded by configuration: a response's record bytes stay as
 //! they came (compressed) until their records are handed over, a batch is
-//! inflated only then (capped by [`ConsumerConfig::max_batch_inflate`]),
+//! inflated only then, chunk by chunk (each record capped by
+//! [`ConsumerConfig::max_batch_inflate`]),
 //! and one poll hands over at most [`ConsumerConfig::max_poll_records`]
 //! records and [`ConsumerConfig::max_poll_bytes`] bytes. A partition whose
 //! data has not all been handed over is not fetched again.
 //!
 //! Records are the wire crate's zero-copy [`Record`](clink_kafka_wire::record::Record)s: key, value and header
-//! bytes are slices of the fetched frame (or of the one inflated buffer of a
+//! bytes are slices of the fetched frame (or of one inflated window of a
 //! compressed batch). No consumer group yet: positions live in the consumer.
 //!
 //! Isolation ([KIP-98]): under `read_committed` the broker returns data only
@@ -30,24 +31,40 @@
 //!
 //! Fetch is spoken up to v12: v13 and later name topics by id ([KIP-516]).
 //!
+//! Replicas ([KIP-392], [KIP-320]; the logic is the state machine's, see
+//! `clink_kafka_wire::fetcher`'s `leader` module): with
+//! [`ConsumerConfig::client_rack`] set, a partition is fetched from the
+//! replica its leader prefers for that rack, and from the leader again when
+//! that replica fails or goes away. Every fetch names the leader epoch from
+//! the metadata; after a leader change a position is checked with
+//! OffsetForLeaderEpoch before the partition is fetched again, and a log
+//! truncated below it is reported ([`Consumer::log_truncations`], a warning)
+//! and the position moved back to where the logs diverge, or with no
+//! `auto_offset_reset`, returned as [`Error::LogTruncation`].
+//!
 //! [KIP-98]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging
 //! [KIP-219]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-219+-+Improve+quota+communication
 //! [KIP-227]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-227%3A+Introduce+Incremental+FetchRequests+to+Increase+Partition+Scalability
 //! [KIP-516]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-516%3A+Topic+Identifiers
+//! [KIP-392]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-392%3A+Allow+consumers+to+fetch+from+closest+replica
+//! [KIP-320]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-320%3A+Allow+fetchers+to+detect+and+handle+log+truncation
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use clink_kafka_wire::fetcher::LogTruncation;
 use clink_kafka_wire::fetcher::{FetchError, FetchOutcome, Fetcher, FetcherConfig};
 use clink_kafka_wire::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use clink_kafka_wire::kafka_protocol::messages::{FetchRequest, FetchResponse, ListOffsetsRequest, TopicName};
+use clink_kafka_wire::kafka_protocol::messages::{
+    FetchRequest, FetchResponse, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
+};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 
 pub use clink_kafka_wire::fetcher::{ConsumerRecord, IsolationLevel};
 
 use super::backoff::Backoff;
-use super::cluster::{needs_metadata_refresh, Cluster};
+use super::cluster::{needs_metadata_refresh, Cluster, Metadata};
 use super::connection::BrokerConnection;
 use crate::error::{BrokerRef, Error, Result};
 
@@ -93,13 +110,19 @@ pub struct ConsumerConfig {
     /// hands over (default 8 MiB). A record larger than this still arrives,
     /// alone. At least 1.
     pub max_poll_bytes: usize,
-    /// The most bytes one compressed batch may inflate to (default 64 MiB);
-    /// a batch that inflates further is a corrupt-record error. Batches are
-    /// inflated one at a time, when their records are handed over, so the
+    /// The most bytes one **record** of a compressed batch may inflate to
+    /// (default 64 MiB); a larger one is a corrupt-record error naming this
+    /// bound. Compressed batches are inflated chunk by chunk when their
+    /// records are handed over (windows of about 256 KiB of whole records,
+    /// a larger record in a window of its own), so a batch may inflate to
+    /// any size. Also the largest single decoding step: a raw (non-xerial)
+    /// snappy batch must inflate within it whole, an lz4 block over 64 KiB
+    /// must fit in it, a zstd window is clamped to it + 128 KiB. The
     /// consumer's memory is about: the compressed data of one answer per
     /// broker (`fetch.max.bytes`, two while the next fetch is pipelined)
-    /// plus one inflated batch (zstd: up to twice this) plus what the
-    /// caller still holds of earlier polls.
+    /// plus, per partition being handed over, one window, its largest
+    /// record and the codec's state, plus what the caller still holds of
+    /// earlier polls.
     pub max_batch_inflate: usize,
     /// Use fetch sessions (KIP-227): after the first (full) fetch, each
     /// request names only what changed. Default on.
@@ -107,6 +130,13 @@ pub struct ConsumerConfig {
     /// The longest a broker's `throttle_time_ms` (KIP-219) is honoured
     /// before the next fetch to it (default 30 s).
     pub max_throttle: Duration,
+    /// `client.rack` (KIP-392): sent in every fetch, so a broker with a
+    /// rack-aware replica selector names the replica in this rack to fetch
+    /// from. `None` (the default): always the leader.
+    pub client_rack: Option<String>,
+    /// How long a preferred read replica is followed before the leader is
+    /// asked again (Java: `metadata.max.age.ms`; default 5 minutes).
+    pub preferred_replica_max_age: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -124,6 +154,8 @@ impl Default for ConsumerConfig {
             max_batch_inflate: 64 * 1024 * 1024,
             fetch_sessions: true,
             max_throttle: Duration::from_secs(30),
+            client_rack: None,
+            preferred_replica_max_age: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -137,6 +169,7 @@ impl ConsumerConfig {
             max_batch_inflate: self.max_batch_inflate,
             auto_reset: self.auto_offset_reset.is_some(),
             sessions: self.fetch_sessions,
+            preferred_replica_max_age_ms: self.preferred_replica_max_age.as_millis().min(u64::MAX as u128) as u64,
         }
     }
 
@@ -154,6 +187,12 @@ impl ConsumerConfig {
         at_least_one("max_poll_records", self.max_poll_records)?;
         at_least_one("max_poll_bytes", self.max_poll_bytes)?;
         at_least_one("max_batch_inflate", self.max_batch_inflate)?;
+        if self.client_rack.as_deref().is_some_and(|r| r.trim().is_empty()) {
+            return Err(Error::Config {
+                option: "client.rack",
+                message: "must name a rack (leave it unset to fetch from leaders)".to_owned(),
+            });
+        }
         if self.partition_max_bytes <= 0 || self.max_bytes <= 0 {
             return Err(Error::Config {
                 option: "max.partition.fetch.bytes / fetch.max.bytes",
@@ -188,6 +227,18 @@ impl BrokerPace {
 /// What a fetch task returns.
 type FetchAnswer = (i32, BrokerRef, Instant, Duration, Result<FetchResponse>);
 
+/// What the fetches to one broker brought (see [`Consumer::fetch_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FetchCounts {
+    /// Fetch answers received.
+    pub answers: u64,
+    /// Partitions those answers brought records for.
+    pub partitions_with_records: u64,
+}
+
+/// The most log truncations [`Consumer::log_truncations`] keeps.
+const TRUNCATIONS_KEPT: usize = 64;
+
 /// A consumer with manual assignment.
 pub struct Consumer {
     cluster: Cluster,
@@ -204,6 +255,14 @@ pub struct Consumer {
     /// An error that arrived while records were being handed over, or from
     /// a fetch between polls; the next poll returns it.
     pending_error: Option<Error>,
+    /// Per broker id.
+    fetch_counts: BTreeMap<i32, FetchCounts>,
+    /// The latest log truncations found (at most `TRUNCATIONS_KEPT`).
+    truncations: Vec<LogTruncation>,
+    /// The origin of the clock given to the fetcher.
+    clock: Instant,
+    /// Records handed over and per-partition lag (`crate::metrics`).
+    metrics: super::metrics::ConsumerMetrics,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -220,8 +279,11 @@ impl std::fmt::Debug for Consumer {
 impl Consumer {
     /// A consumer with nothing assigned.
     pub fn new(cluster: Cluster, config: ConsumerConfig) -> Self {
+        let mut fetcher = Fetcher::new(config.fetcher_config());
+        fetcher.set_client_rack(config.client_rack.as_deref());
         Consumer {
-            fetcher: Fetcher::new(config.fetcher_config()),
+            metrics: super::metrics::ConsumerMetrics::new(cluster.config()),
+            fetcher,
             cluster,
             config,
             conns: HashMap::new(),
@@ -229,7 +291,68 @@ impl Consumer {
             pace: HashMap::new(),
             refresh: Vec::new(),
             pending_error: None,
+            fetch_counts: BTreeMap::new(),
+            truncations: Vec::new(),
+            clock: Instant::now(),
         }
+    }
+
+    /// Per broker id: the fetch answers it sent and how many partitions'
+    /// records they brought. With [`ConsumerConfig::client_rack`] set this
+    /// shows which replicas served the data.
+    pub fn fetch_counts(&self) -> BTreeMap<i32, FetchCounts> {
+        self.fetch_counts.clone()
+    }
+
+    /// The preferred read replica `topic[partition]` is fetched from now
+    /// (KIP-392), if any.
+    pub fn preferred_replica(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.fetcher.preferred_replica(topic, partition)
+    }
+
+    /// The latest log truncations found after leader changes (KIP-320),
+    /// oldest first, at most 64. With `auto_offset_reset` set each moved the
+    /// position back to where the logs diverge; without, each was also
+    /// returned by `poll` as [`Error::LogTruncation`].
+    pub fn log_truncations(&self) -> &[LogTruncation] {
+        &self.truncations
+    }
+
+    fn tick(&mut self) {
+        let now = self.clock.elapsed().as_millis().min(u64::MAX as u128) as u64;
+        self.fetcher.set_now(now);
+    }
+
+    /// Tells the state machine each assigned partition's leader and epoch
+    /// from `metadata` (a change may start a position check), and returns
+    /// the broker to fetch each fetchable partition from: its preferred
+    /// read replica while one is known, else its leader. A leader the
+    /// metadata lists no address for counts as none (refresh, retry).
+    fn route(&mut self, metadata: &Metadata) -> Vec<(i32, Arc<str>, i32)> {
+        self.tick();
+        let leader_of = |topic: &str, partition: i32| {
+            metadata
+                .topics
+                .get(topic)
+                .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+                .filter(|p| p.leader >= 0 && metadata.brokers.contains_key(&p.leader))
+                .map(|p| (p.leader, p.leader_epoch))
+        };
+        for (topic, partition) in self.assignment() {
+            if let Some((leader, epoch)) = leader_of(&topic, partition) {
+                self.fetcher.update_leader(&topic, partition, leader, epoch);
+            }
+        }
+        let mut out = Vec::new();
+        for (topic, partition) in self.fetcher.fetchable() {
+            if let Some((leader, _)) = leader_of(&topic, partition) {
+                let target = self
+                    .fetcher
+                    .fetch_target(&topic, partition, leader, |b| metadata.brokers.contains_key(&b));
+                out.push((target, topic, partition));
+            }
+        }
+        out
     }
 
     /// Replaces the assignment. Partitions kept from the old assignment keep
@@ -426,6 +549,7 @@ impl Consumer {
                 .take_records(self.config.max_poll_records, self.config.max_poll_bytes)
             {
                 Ok(records) if !records.is_empty() => {
+                    self.note_poll(&records);
                     self.send_fetches(self.config.max_wait);
                     return Ok(records);
                 }
@@ -452,7 +576,11 @@ impl Consumer {
             if now >= deadline {
                 return Ok(Vec::new());
             }
-            let wake = self.next_wake(now).map_or(deadline, |w| w.min(deadline));
+            let mut wake = self.next_wake(now).map_or(deadline, |w| w.min(deadline));
+            if !self.refresh.is_empty() {
+                // Stale metadata (a leader unreachable): look again soon.
+                wake = wake.min(now + backoff.next_delay());
+            }
             if self.in_flight.is_empty() {
                 tokio::time::sleep_until(wake.into()).await;
                 continue;
@@ -468,6 +596,30 @@ impl Consumer {
         }
     }
 
+    /// Once per poll: the records counter, and the lag (end − position;
+    /// the end is the last stable offset under read_committed) of each
+    /// partition the poll handed records of. Records of a partition come
+    /// together, so that is one look-up per partition, not per record.
+    fn note_poll(&mut self, records: &[ConsumerRecord]) {
+        self.metrics.consumed(records.len());
+        let read_committed = self.config.isolation == IsolationLevel::ReadCommitted;
+        let mut last: Option<(&Arc<str>, i32)> = None;
+        for r in records {
+            if last.is_some_and(|(t, p)| p == r.partition && Arc::ptr_eq(t, &r.topic)) {
+                continue;
+            }
+            last = Some((&r.topic, r.partition));
+            let position = self.fetcher.position(&r.topic, r.partition);
+            let ends = self.fetcher.watermarks(&r.topic, r.partition);
+            if let (Some(position), Some((hwm, lso))) = (position, ends) {
+                let end = if read_committed { lso } else { hwm };
+                if end >= 0 {
+                    self.metrics.lag(&r.topic, r.partition, end - position);
+                }
+            }
+        }
+    }
+
     /// Refreshes stale metadata, positions unpositioned partitions and
     /// opens connections to the leaders of fetchable partitions. Changes
     /// `self` only with finished work.
@@ -478,6 +630,7 @@ impl Consumer {
             self.cluster.refresh_topics(&names).await?;
             self.refresh.retain(|t| !topics.contains(t));
         }
+        self.validate_positions().await?;
         for (topic, partition) in self.fetcher.unpositioned() {
             let reset = self.config.auto_offset_reset.unwrap_or(Offset::Latest);
             let position = self.list_offset(&topic, partition, reset).await?;
@@ -487,48 +640,128 @@ impl Consumer {
                 self.fetcher.seek(&topic, partition, Some(position));
             }
         }
-        let metadata = self.cluster.metadata();
+        // A partition with no leader, or one the metadata has no address
+        // for, waits for one here (refreshing, with backoff, up to
+        // metadata_max_wait).
+        let routed = self.route(&self.cluster.metadata());
         for (topic, partition) in self.fetcher.fetchable() {
-            let leader = metadata
-                .topics
-                .get(&*topic)
-                .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
-                .map(|p| p.leader)
-                .filter(|l| *l >= 0);
-            let leader = match leader {
-                Some(l) => l,
-                None => self.cluster.leader(&topic, partition).await?.0,
-            };
-            let open = self.conns.get(&leader).is_some_and(|c| !c.is_closed());
+            if !routed.iter().any(|(_, t, p)| *t == topic && *p == partition) {
+                self.cluster.leader(&topic, partition).await?;
+            }
+        }
+        let metadata = self.cluster.metadata();
+        for (target, topic, partition) in self.route(&metadata) {
+            let open = self.conns.get(&target).is_some_and(|c| !c.is_closed());
             if !open {
-                let conn = self.cluster.broker(leader).await?;
-                self.conns.insert(leader, conn);
+                match self.cluster.broker(target).await {
+                    Ok(conn) => {
+                        self.conns.insert(target, conn);
+                    }
+                    // A preferred read replica that is unreachable: the
+                    // leader, at once (KIP-392).
+                    Err(e)
+                        if e.is_connection_error()
+                            && self.fetcher.preferred_replica(&topic, partition) == Some(target) =>
+                    {
+                        tracing::debug!(%topic, partition, replica = target, error = %e, "preferred read replica unreachable; fetching from the leader");
+                        self.fetcher.forget_preferred_replica(target);
+                    }
+                    // A leader that is gone (killed, restarting) must not
+                    // stop the fetches to the other brokers: look again at
+                    // the metadata next round, when leadership may have
+                    // moved (the cluster fences a dead broker after
+                    // broker.session.timeout.ms).
+                    Err(e) if e.is_connection_error() => {
+                        tracing::debug!(%topic, partition, leader = target, error = %e, "leader unreachable; refreshing metadata");
+                        if !self.refresh.contains(&topic) {
+                            self.refresh.push(topic.clone());
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(())
+    }
+
+    /// Checks positions against new leaders (KIP-320): an
+    /// OffsetForLeaderEpoch request per leader for the partitions whose
+    /// leader changed under them. Cancel safe: a check dropped in flight is
+    /// asked again by the next call.
+    async fn validate_positions(&mut self) -> Result<()> {
+        self.fetcher.retry_epoch_requests();
+        self.route(&self.cluster.metadata());
+        for (broker, request) in self.fetcher.epoch_requests() {
+            let answer = match self.cluster.broker(broker).await {
+                Ok(conn) => match conn.version_for::<OffsetForLeaderEpochRequest>(None) {
+                    Ok(version) => conn
+                        .request_at(version, &request)
+                        .await
+                        .map(|r| (conn.broker().clone(), r)),
+                    Err(e) => {
+                        tracing::debug!(broker, error = %e, "no OffsetForLeaderEpoch v2+: positions kept unchecked");
+                        self.fetcher.handle_epoch_unsupported(broker);
+                        continue;
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            let (broker_ref, response) = match answer {
+                Ok(a) => a,
+                Err(e) => {
+                    self.fetcher.handle_epoch_failure(broker);
+                    if !(e.is_retriable() || matches!(e, Error::Config { option: "metadata", .. })) {
+                        return Err(e);
+                    }
+                    tracing::debug!(broker, error = %e, "position check failed; retrying after a metadata refresh");
+                    self.refresh_awaiting_validation();
+                    continue;
+                }
+            };
+            let outcome = self.fetcher.handle_epoch_response(broker, response);
+            for t in outcome.truncations {
+                tracing::warn!("{t}");
+                if self.truncations.len() == TRUNCATIONS_KEPT {
+                    self.truncations.remove(0);
+                }
+                self.truncations.push(t);
+            }
+            for (topic, partition) in &outcome.reset_offsets {
+                tracing::warn!(%topic, partition, "the new leader does not know the position's leader epoch; resetting");
+            }
+            for topic in outcome.refresh_metadata {
+                if !self.refresh.contains(&topic) {
+                    self.refresh.push(topic);
+                }
+            }
+            if outcome.retriable_error {
+                self.refresh_awaiting_validation();
+            }
+            if let Some(e) = outcome.errors.into_iter().next() {
+                self.pending_error.get_or_insert(fetch_error(e, Some(&broker_ref)));
+            }
+        }
+        Ok(())
+    }
+
+    fn refresh_awaiting_validation(&mut self) {
+        for topic in self.fetcher.topics_awaiting_validation() {
+            if !self.refresh.contains(&topic) {
+                self.refresh.push(topic);
+            }
+        }
     }
 
     /// Sends a fetch to every broker that leads a fetchable partition, has
     /// an open connection, nothing in flight and no pause, asking it to
     /// wait up to `max_wait` for data. Never waits itself.
     fn send_fetches(&mut self, max_wait: Duration) {
-        let fetchable = self.fetcher.fetchable();
-        if fetchable.is_empty() {
+        if self.fetcher.fetchable().is_empty() {
             return;
         }
-        let metadata = self.cluster.metadata();
         let mut by_leader: HashMap<i32, Vec<(Arc<str>, i32)>> = HashMap::new();
-        for (topic, partition) in fetchable {
-            let Some(leader) = metadata
-                .topics
-                .get(&*topic)
-                .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
-                .map(|p| p.leader)
-                .filter(|l| *l >= 0)
-            else {
-                continue;
-            };
-            by_leader.entry(leader).or_default().push((topic, partition));
+        for (target, topic, partition) in self.route(&self.cluster.metadata()) {
+            by_leader.entry(target).or_default().push((topic, partition));
         }
         let now = Instant::now();
         // While other partitions still hold undelivered data the caller
@@ -566,7 +799,7 @@ impl Consumer {
                     continue;
                 }
             };
-            let Some(request) = self.fetcher.build_request(
+            let Some(mut request) = self.fetcher.build_request(
                 broker,
                 &partitions,
                 max_wait,
@@ -575,6 +808,15 @@ impl Consumer {
             ) else {
                 continue;
             };
+            // Fields older versions do not carry (a peer below Kafka 2.4).
+            if version < 11 {
+                request.rack_id = Default::default();
+            }
+            if version < 9 {
+                for p in request.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                    p.current_leader_epoch = -1;
+                }
+            }
             tracing::trace!(
                 broker,
                 session_id = request.session_id,
@@ -621,12 +863,32 @@ impl Consumer {
             }
         };
         let now = Instant::now();
+        self.tick();
+        let counts = self.fetch_counts.entry(broker).or_default();
         let response = match result {
-            Ok(r) => r,
+            Ok(r) => {
+                counts.answers += 1;
+                r
+            }
             Err(e) => {
                 self.fetcher.handle_failure(broker);
                 if self.conns.get(&broker).is_some_and(|c| c.is_closed()) {
                     self.conns.remove(&broker);
+                }
+                if e.is_connection_error() {
+                    // The broker may be gone: its partitions' leadership
+                    // is looked up again before they are fetched.
+                    let metadata = self.cluster.metadata();
+                    for (topic, partition) in self.fetcher.fetchable() {
+                        let led = metadata
+                            .topics
+                            .get(&*topic)
+                            .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+                            .is_some_and(|p| p.leader == broker);
+                        if led && !self.refresh.contains(&topic) {
+                            self.refresh.push(topic);
+                        }
+                    }
                 }
                 let pace = self.pace(broker);
                 pace.not_before = Some(now + pace.next_delay());
@@ -639,6 +901,7 @@ impl Consumer {
             }
         };
         let outcome: FetchOutcome = self.fetcher.handle_response(broker, response);
+        self.fetch_counts.entry(broker).or_default().partitions_with_records += outcome.buffered as u64;
         if outcome.ignored > 0 {
             tracing::debug!(broker, ignored = outcome.ignored, "fetch answer entries ignored");
         }
@@ -694,6 +957,12 @@ fn fetch_error(e: FetchError, broker: Option<&BrokerRef>) -> Error {
             topic: topic.to_string(),
             partition,
             offset,
+        },
+        FetchError::LogTruncation(t) => Error::LogTruncation {
+            topic: t.topic.to_string(),
+            partition: t.partition,
+            position: t.position,
+            divergent_offset: t.divergent_offset,
         },
         FetchError::PartialBatch { size, limit, .. } => Error::TooLarge {
             what: "partial record batch",

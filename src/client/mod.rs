@@ -29,6 +29,7 @@ pub mod cluster;
 pub mod connection;
 pub mod consumer;
 pub mod group;
+pub(crate) mod metrics;
 pub mod partitioner;
 pub mod producer;
 pub mod resolver;
@@ -38,10 +39,12 @@ pub mod tls;
 pub mod txn;
 pub mod txn_admin;
 
-pub use admin::{Admin, BrokerDescription, ClusterDescription, NewTopic};
+pub use admin::{
+    Admin, BrokerDescription, ClusterDescription, ClusterMetadata, NewTopic, PartitionDescription, TopicDescription,
+};
 pub use cluster::Cluster;
 pub use connection::BrokerConnection;
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, IsolationLevel, LogTruncation, Offset};
 pub use group::{CommittedOffset, GroupOffsets};
 pub use producer::{Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerRecord};
 pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
@@ -162,6 +165,13 @@ pub struct ClientConfig {
     /// How long metadata lookups retry a missing topic or leader before
     /// giving up.
     pub metadata_max_wait: Duration,
+    /// Log every request and answer, retry and metadata change at debug
+    /// level (target `clink_kafka::protocol`; the connector's
+    /// `enable_debug`). Never a secret: SASL exchanges log the API name only.
+    pub debug: bool,
+    /// The prefix of this client's metric names (the connector's
+    /// `metric_prefix`; see [`crate::metrics`]).
+    pub metric_prefix: String,
 }
 
 impl Default for ClientConfig {
@@ -179,6 +189,8 @@ impl Default for ClientConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_wait: Duration::from_secs(30),
+            debug: false,
+            metric_prefix: crate::metrics::DEFAULT_PREFIX.into(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The producer's accumulator and public API: records are appended to
 //! per-partition batches (Java's `RecordAccumulator`); the sender task
-//! ([`super::sender`]) seals them (full, or older than `linger`), sends
+//! (`client::sender`) seals them (full, or older than `linger`), sends
 //! every ready batch of a broker in one Produce request, and completes each
 //! batch once: every record's [`DeliveryFuture`] is a handle on its batch's
 //! outcome (no channel per record).
@@ -43,6 +43,9 @@ pub(crate) const PRODUCE_MAX_VERSION: i16 = 12;
 /// Bytes a record costs in a batch beyond its key, value and headers
 /// (length, attributes, deltas, field lengths), roughly.
 const RECORD_OVERHEAD: usize = 16;
+/// Cap on a new batch's initial record capacity (taken from the partition's
+/// last batch): a few hundred KiB of bookkeeping at most.
+const MAX_INITIAL_BATCH_RECORDS: usize = 4096;
 
 /// How many replicas must have a record before the broker acknowledges it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -112,6 +115,12 @@ pub struct ProducerConfig {
     /// default 5). One request carries a batch of every ready partition led
     /// by that broker.
     pub max_in_flight: usize,
+    /// `allow.auto.create.topics`: a record for a topic the cluster does not
+    /// know lets a broker whose `auto.create.topics.enable` is on create it
+    /// (Metadata v4+ `allow_auto_topic_creation`), as the Java producer does
+    /// by default. Off: such a record fails with `UnknownTopic` after
+    /// `metadata_max_wait`. Default true. (A consumer never creates topics.)
+    pub allow_auto_create_topics: bool,
 }
 
 impl Default for ProducerConfig {
@@ -127,6 +136,7 @@ impl Default for ProducerConfig {
             ack_timeout: Duration::from_secs(30),
             delivery_timeout: Duration::from_secs(120),
             max_in_flight: 5,
+            allow_auto_create_topics: true,
         }
     }
 }
@@ -405,7 +415,7 @@ pub(crate) struct OpenBatch {
 /// The payload of a sealed batch: records until its first send, then the
 /// encoded bytes every attempt re-sends.
 pub(crate) enum Body {
-    Records(Vec<PendingRecord>, usize),
+    Records(Vec<PendingRecord>),
     Encoded(Bytes),
 }
 
@@ -428,7 +438,7 @@ impl From<OpenBatch> for Batch {
     fn from(b: OpenBatch) -> Batch {
         Batch {
             count: b.records.len() as i32,
-            body: Body::Records(b.records, b.bytes),
+            body: Body::Records(b.records),
             permits: b.permits,
             created: b.created,
             base_sequence: -1,
@@ -466,6 +476,10 @@ pub(crate) struct PartitionQueue {
     pub(crate) resequence: bool,
     pub(crate) retry_at: Option<Instant>,
     pub(crate) backoff: Option<super::backoff::Backoff>,
+    /// Records in the last batch sealed here: the next batch's initial
+    /// capacity, so a full batch is not built by repeated doubling (each a
+    /// copy of every record so far).
+    pub(crate) last_batch_len: usize,
 }
 
 impl PartitionQueue {
@@ -483,6 +497,7 @@ impl PartitionQueue {
             resequence: false,
             retry_at: None,
             backoff: None,
+            last_batch_len: 0,
         }
     }
 }
@@ -645,6 +660,8 @@ pub(crate) struct Shared {
     pub(crate) memory: Semaphore,
     /// Permits currently taken from `memory` (for tests and metrics).
     pub(crate) memory_used: AtomicUsize,
+    /// Records acknowledged, batches failed (`crate::metrics`).
+    pub(crate) metrics: super::metrics::ProducerMetrics,
 }
 
 /// A Kafka producer. `send` takes `&self`; share it with an `Arc`. Dropping
@@ -736,6 +753,7 @@ impl Producer {
         let mut seed = [0u8; 8];
         let _ = getrandom::fill(&mut seed);
         let shared = Arc::new(Shared {
+            metrics: super::metrics::ProducerMetrics::new(cluster.config()),
             cluster,
             identity: Mutex::new(identity),
             txn,
@@ -847,7 +865,12 @@ impl Producer {
         let topic_index = match found {
             Some(i) => i,
             None => {
-                let n = shared.cluster.partition_count(&record.topic).await?;
+                let n = shared
+                    .cluster
+                    .topic_for_produce(&record.topic, shared.config.allow_auto_create_topics)
+                    .await?
+                    .partitions
+                    .len();
                 shared
                     .state
                     .lock()
@@ -892,6 +915,7 @@ impl Producer {
                 .is_some_and(|b| b.bytes + size > batch_size && !b.records.is_empty())
             {
                 let full = queue.open.take().expect("checked");
+                queue.last_batch_len = full.records.len();
                 queue.queue.push_back(full.into());
                 wake = true;
             }
@@ -903,7 +927,7 @@ impl Producer {
                     queue.next_order += 1;
                     queue.open.insert(OpenBatch {
                         order: queue.next_order,
-                        records: Vec::with_capacity(16),
+                        records: Vec::with_capacity(queue.last_batch_len.clamp(16, MAX_INITIAL_BATCH_RECORDS)),
                         bytes: 0,
                         permits: 0,
                         created: Instant::now(),
@@ -928,6 +952,7 @@ impl Producer {
             shared.memory_used.fetch_add(cost, Ordering::AcqRel);
             if batch.bytes >= batch_size {
                 let full = queue.open.take().expect("just filled");
+                queue.last_batch_len = full.records.len();
                 queue.queue.push_back(full.into());
                 wake = true;
                 // A full batch moves unkeyed records on to another partition (KIP-480).
@@ -1022,6 +1047,7 @@ impl Shared {
     /// Completes one batch: its outcome, its buffer space, the flush count.
     pub(crate) fn complete(&self, completion: &CompletionGuard, permits: usize, result: Result<(i64, i64)>) {
         if let Err(e) = &result {
+            self.metrics.failed();
             let c = &completion.0;
             tracing::warn!(topic = %c.topic, partition = c.partition, error = %e, "batch failed");
             if self.txn.is_some() {

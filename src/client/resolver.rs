@@ -412,8 +412,20 @@ impl Resolver {
         &self.config
     }
 
-    /// Finishes the transaction of `handle` as `decision` says.
+    /// Finishes the transaction of `handle` as `decision` says; counts the
+    /// verdict (`in_doubt_resolutions{verdict}`, see [`crate::metrics`]).
     pub async fn resolve(&self, handle: &ResumeHandle, decision: Decision) -> Verdict {
+        let verdict = self.reach_verdict(handle, decision).await;
+        let name = match &verdict {
+            Verdict::Committed { .. } => "committed",
+            Verdict::NotCommitted { .. } => "not_committed",
+            Verdict::Unreachable { .. } => "unreachable",
+        };
+        super::metrics::resolution(&self.config, name);
+        verdict
+    }
+
+    async fn reach_verdict(&self, handle: &ResumeHandle, decision: Decision) -> Verdict {
         if !handle.has_identity() {
             return Verdict::NotCommitted {
                 reason: NotCommittedReason::NoIdentity,

@@ -73,6 +73,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     let due = open.created + linger;
                     if flushing || due <= now || fatal.is_some() {
                         let b = q.open.take().expect("checked");
+                        q.last_batch_len = b.records.len();
                         q.queue.push_back(b.into());
                         sealed.push((q.tp.topic.clone(), q.tp.partition));
                     } else {
@@ -224,27 +225,33 @@ fn resequence(q: &mut PartitionQueue) {
     q.resequence = false;
 }
 
-fn encode(shared: &Shared, records: &[PendingRecord], bytes: usize, base_sequence: i32) -> Result<Bytes, Error> {
-    let headers: Vec<Vec<HeaderOut<'_>>> = records
-        .iter()
-        .map(|r| {
-            r.headers
-                .iter()
-                .map(|(k, v)| HeaderOut {
-                    key: k,
-                    value: v.as_deref(),
-                })
-                .collect()
-        })
-        .collect();
+fn encode(shared: &Shared, records: &[PendingRecord], base_sequence: i32) -> Result<Bytes, Error> {
+    // Header views only when some record has headers: most batches have
+    // none, and then no per-record vector is built.
+    let headers: Vec<Vec<HeaderOut<'_>>> = if records.iter().any(|r| !r.headers.is_empty()) {
+        records
+            .iter()
+            .map(|r| {
+                r.headers
+                    .iter()
+                    .map(|(k, v)| HeaderOut {
+                        key: k,
+                        value: v.as_deref(),
+                    })
+                    .collect()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let out_records: Vec<RecordOut<'_>> = records
         .iter()
-        .zip(&headers)
-        .map(|(r, h)| RecordOut {
+        .enumerate()
+        .map(|(i, r)| RecordOut {
             timestamp: r.timestamp,
             key: r.key.as_deref(),
             value: r.value.as_deref(),
-            headers: h,
+            headers: headers.get(i).map_or(&[], Vec::as_slice),
         })
         .collect();
     let mut meta = BatchMeta {
@@ -257,15 +264,23 @@ fn encode(shared: &Shared, records: &[PendingRecord], bytes: usize, base_sequenc
         meta.base_sequence = base_sequence;
     }
     meta.transactional = shared.txn.is_some();
-    let mut out = BytesMut::with_capacity(bytes + 128);
-    RecordBatchEncoder::new()
-        .encode(&mut out, &meta, &out_records)
+    // Empty: the encoder reserves what the batch needs itself (a guess made
+    // here would be reallocated, copying it, whenever it fell short).
+    let mut out = BytesMut::new();
+    ENCODER
+        .with(|e| e.borrow_mut().encode(&mut out, &meta, &out_records))
         .map_err(|e| Error::Protocol {
             broker: BrokerRef::addr("(none: encoding a record batch)"),
             api: "Produce",
             source: Arc::new(e),
         })?;
     Ok(out.freeze())
+}
+
+thread_local! {
+    /// One encoder per runtime thread: its compression buffers are reused
+    /// from batch to batch instead of growing afresh each time.
+    static ENCODER: std::cell::RefCell<RecordBatchEncoder> = std::cell::RefCell::new(RecordBatchEncoder::new());
 }
 
 /// Encodes what needs it, then queues one Produce request for `batches`
@@ -279,8 +294,8 @@ async fn send_request(
     let mut ready = Vec::with_capacity(batches.len());
     let mut failed = Vec::new();
     for (qi, mut b) in batches {
-        if let Body::Records(records, bytes) = &b.body {
-            match encode(shared, records, *bytes, b.base_sequence) {
+        if let Body::Records(records) = &b.body {
+            match encode(shared, records, b.base_sequence) {
                 Ok(encoded) => b.body = Body::Encoded(encoded),
                 Err(e) => {
                     failed.push((
@@ -653,6 +668,9 @@ async fn apply(
         }
     }
     for (b, r) in done {
+        if r.is_ok() {
+            shared.metrics.acknowledged(b.count as usize);
+        }
         shared.complete(&b.completion, b.permits, r);
     }
     shared.wake.notify_one();

@@ -405,6 +405,8 @@ struct TxnCore {
     /// Partitions added to the open transaction (V1).
     added: Mutex<HashSet<(String, i32)>>,
     fatal: OnceLock<Error>,
+    /// Commits and aborts, count and latency (`crate::metrics`).
+    metrics: super::metrics::TxnMetrics,
 }
 
 impl TxnCore {
@@ -644,6 +646,7 @@ impl TransactionalProducer {
             identity: Mutex::new(identity),
             added: Mutex::new(HashSet::new()),
             fatal: OnceLock::new(),
+            metrics: super::metrics::TxnMetrics::new(cluster.config()),
         });
         let send = TransactionalSend {
             transactional_id: txn.transactional_id.clone(),
@@ -896,7 +899,10 @@ impl TransactionalProducer {
     /// the abort is refused. Tested by dropping it at a sweep of points
     /// (`tests/producer_cancel.rs`).
     pub async fn commit(&self) -> Result<()> {
-        self.end(true).await
+        let begun = std::time::Instant::now();
+        self.end(true).await?;
+        self.core.metrics.ended(true, begun.elapsed());
+        Ok(())
     }
 
     /// Flushes what is buffered, then aborts the open transaction. Records
@@ -907,7 +913,10 @@ impl TransactionalProducer {
     /// Cancel safe as [`commit`](Self::commit): after a dropped `abort`,
     /// call `abort` again.
     pub async fn abort(&self) -> Result<()> {
-        self.end(false).await
+        let begun = std::time::Instant::now();
+        self.end(false).await?;
+        self.core.metrics.ended(false, begun.elapsed());
+        Ok(())
     }
 
     async fn end(&self, commit: bool) -> Result<()> {

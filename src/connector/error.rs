@@ -77,6 +77,20 @@ pub enum ConnectorError {
         offset: i64,
         reason: String,
     },
+    /// A registry-framed value (`format = avro|…`) that cannot be decoded:
+    /// bad framing, an unknown schema id, a registry that did not answer,
+    /// or a payload that does not fit its schema (`decode_error = fail`).
+    #[error("the value at {topic}[{partition}] offset {offset} cannot be decoded as {format}: {reason}")]
+    Undecodable {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        format: &'static str,
+        reason: String,
+    },
+    /// The Schema Registry failed (a sink resolving its schema at open).
+    #[error(transparent)]
+    SchemaRegistry(#[from] crate::schema_registry::RegistryError),
     /// Operator state handed to `restore` is malformed.
     #[error("malformed operator state row {key:?}: {message}")]
     BadState { key: String, message: String },
@@ -100,6 +114,14 @@ pub enum ConnectorError {
     /// or read.
     #[error("commit receipt {path}: {message}")]
     Receipt { path: String, message: String },
+    /// A checkpoint coordinator's state file or marker is corrupt, foreign
+    /// (another job's) or cannot be written or read.
+    #[error("checkpoint state {path}: {message}")]
+    CheckpointState { path: String, message: String },
+    /// A restore cannot proceed yet: a resolution answered Unreachable, so
+    /// the restart is held (nothing was fenced); retry later.
+    #[error("restore of checkpoint {checkpoint} held: {detail}")]
+    RestoreHeld { checkpoint: u64, detail: String },
     /// A SQL statement the table front cannot use.
     #[error("SQL: {message}")]
     Sql { message: String },

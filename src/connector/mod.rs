@@ -40,7 +40,11 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod backend;
+pub mod checkpoint;
 mod error;
+pub mod format;
+#[cfg(any(fuzzing, test))]
+pub mod fuzzing;
 pub mod options;
 #[cfg(feature = "rdkafka")]
 pub mod rdkafka;
@@ -51,6 +55,7 @@ pub mod selected;
 pub mod sink;
 pub mod source;
 pub mod sql;
+pub mod suppression;
 pub mod twopc;
 pub mod upsert;
 
@@ -148,6 +153,32 @@ impl SinkCapabilities {
     };
 }
 
+/// What a restore found about one restored checkpoint's commit (a
+/// `commit_recoverable = false` sink resolves its staged transactions at
+/// `open`, before anything can fence them). The coordinator acts on it:
+/// see [`checkpoint::decide_restore`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreVerdict {
+    /// The commit happened: proven by the sink's receipt (no wire call) or
+    /// by the broker (executed or observed by the resolution).
+    Committed { by_receipt: bool },
+    /// Final: the records will never be visible (fenced, expired, never
+    /// produced). The job must fall back below this checkpoint.
+    NotCommitted { reason: String },
+    /// No verdict: the broker could not be asked. The restart is held;
+    /// nothing may fence the transaction meanwhile.
+    Unreachable { reason: String },
+}
+
+/// One restored checkpoint's verdict, as a sink reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointVerdict {
+    pub checkpoint: u64,
+    /// Records the checkpoint's transaction (or queued segment) held.
+    pub records: u64,
+    pub verdict: RestoreVerdict,
+}
+
 /// A sink: takes batches, makes them durable at barriers.
 pub trait Sink: Send {
     type Item: Send;
@@ -162,7 +193,37 @@ pub trait Sink: Send {
 
     fn open(&mut self) -> BoxFuture<'_, Result<()>>;
 
+    /// What the last `restore` + `open` found for each restored checkpoint
+    /// this subtask owed a commit, oldest first (also after an `open` that
+    /// failed because a resolution answered Unreachable). Empty for a sink
+    /// that resolves nothing (commit-recoverable or stateless).
+    fn restore_verdicts(&self) -> Vec<CheckpointVerdict> {
+        Vec::new()
+    }
+
     fn on_data(&mut self, batch: Batch<Self::Item>) -> BoxFuture<'_, Result<()>>;
+
+    /// Event time: the watermark `watermark` (milliseconds since the
+    /// epoch) passed this sink; the engine promises no record at or below
+    /// it follows (on the message channel a record's event time is its
+    /// timestamp). Watermarks only grow; a lower one is ignored. A 2PC sink
+    /// stamps the newest on the next barrier as its receipt's horizon and
+    /// retires replay suppression once one passes the armed horizon. Sinks
+    /// that do not judge event time ignore it.
+    fn on_watermark(&mut self, watermark: i64) {
+        let _ = watermark;
+    }
+
+    /// The checkpoint the job's sources resume from (`None`: the
+    /// beginning), once the coordinator decided it: called after `open`
+    /// on every restore that is not a fresh submit, since a fallback can
+    /// decide a point below the checkpoint the sink was restored from. A
+    /// sink with replay suppression arms it from its receipts above the
+    /// point (an error: a receipt is unreadable or corrupt, naming it).
+    fn on_restore_point(&mut self, checkpoint: Option<u64>) -> Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
 
     /// Waits until everything handed over so far is acknowledged (or failed).
     fn flush(&mut self) -> BoxFuture<'_, Result<()>>;

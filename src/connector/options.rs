@@ -15,6 +15,7 @@ use std::time::Duration;
 use clink_kafka_wire::compression::Compression;
 
 use super::error::{closest, ConnectorError, Result};
+use super::format::FormatOptions;
 use super::security::{self, SecurityConfig, SecurityInputs, SECURITY_OPTIONS};
 use crate::client::{Acks, ClientConfig, ConsumerConfig, IsolationLevel, ProducerConfig};
 
@@ -64,20 +65,28 @@ const TWO_PC_SINK: &[&str] = &[
     "fixed_partition",
 ];
 /// The transactional sink's own options (the spec's table), plus
-/// `receipt_dir` (where commit receipts and unresolved-orphan markers live:
-/// the engine's `<checkpoint_dir>/_jobs/<job_id>/receipts`).
+/// `receipt_dir` (overrides where commit receipts and unresolved-orphan
+/// markers live: by default the build context's
+/// `<checkpoint_dir>/_jobs/<job_id>/receipts`) and `receipts_in_memory`
+/// (the explicit opt-in to receipts that die with the process).
 const TWO_PC: &[&str] = &[
     "transactional_id",
     "transaction_timeout_ms",
     "commit_group",
     "replay_suppression",
     "receipt_dir",
+    "receipts_in_memory",
 ];
 const STRING_FORMAT: &[&str] = &[
     "format",
     "schema_registry_url",
     "schema_registry_subject",
     "schema_registry_auto_register",
+    "schema_registry_value_schema",
+    "schema_registry_basic_auth_user_info",
+    "schema_registry_bearer_auth_token",
+    "schema_registry_ssl_ca_location",
+    "schema_registry_timeout_ms",
 ];
 
 impl FactoryKind {
@@ -220,7 +229,8 @@ impl AutoOffsetReset {
     }
 }
 
-/// What a registry-framed value format does with an undecodable message.
+/// What the string channel does with a value it cannot decode (not UTF-8,
+/// or with `format = avro` not decodable): stop, or skip and count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum DecodeErrorPolicy {
     #[default]
@@ -249,6 +259,20 @@ pub struct ConsumerTuning {
     pub partition_max_bytes: Option<i32>,
     pub check_crcs: Option<bool>,
     pub isolation: Option<IsolationLevel>,
+    /// `kafka.max.poll.records` (Java's name): records per consumer poll.
+    pub max_poll_records: Option<usize>,
+    /// `kafka.max.poll.bytes`: bytes of keys, values and headers per
+    /// consumer poll (a larger record still arrives, alone).
+    pub max_poll_bytes: Option<usize>,
+    /// `kafka.max.batch.inflate.bytes`: the native consumer's inflation
+    /// bound (see `ConsumerConfig::max_batch_inflate`).
+    pub max_batch_inflate: Option<usize>,
+    /// `kafka.enable.fetch.sessions`: KIP-227 incremental fetch sessions.
+    pub fetch_sessions: Option<bool>,
+    /// `kafka.fetch.throttle.max.ms`: the cap on a broker's throttle time.
+    pub max_throttle: Option<Duration>,
+    /// `kafka.client.rack`: fetch from the replica in this rack (KIP-392).
+    pub client_rack: Option<String>,
 }
 
 /// Producer settings reachable only through the passthrough.
@@ -280,6 +304,8 @@ pub struct SourceOptions {
     pub metric_prefix: Option<String>,
     pub enable_debug: bool,
     pub decode_error: DecodeErrorPolicy,
+    /// `format = avro|protobuf|json-schema` and its registry (text source only).
+    pub value_format: Option<FormatOptions>,
     /// Deterministic ownership: this subtask owns `p % source_parallelism == subtask_index`.
     pub subtask_index: u32,
     pub source_parallelism: u32,
@@ -310,6 +336,7 @@ impl SourceOptions {
             metric_prefix: None,
             enable_debug: false,
             decode_error: DecodeErrorPolicy::Fail,
+            value_format: None,
             subtask_index: 0,
             source_parallelism: 1,
             security: SecurityConfig::default(),
@@ -326,21 +353,27 @@ impl SourceOptions {
         partition >= 0 && (partition as u32) % self.source_parallelism.max(1) == self.subtask_index
     }
 
-    /// The native client configuration (refuses TLS until the client has it).
+    /// The native client configuration: `enable_debug` turns on its
+    /// protocol log, `metric_prefix` names its series.
     pub fn client_config(&self) -> Result<ClientConfig> {
-        client_config(&self.brokers, &self.client_id, &self.security, &self.client)
+        let mut c = client_config(&self.brokers, &self.client_id, &self.security, &self.client)?;
+        c.debug = self.enable_debug;
+        if let Some(p) = &self.metric_prefix {
+            c.metric_prefix = p.clone();
+        }
+        Ok(c)
     }
 
     /// The native consumer configuration. Out-of-range offsets are errors
     /// (no silent reset): start offsets are resolved before assignment.
+    /// read_committed unless `kafka.isolation.level=read_uncommitted`, as
+    /// librdkafka's consumer (the rdkafka backend is given it explicitly).
     pub fn consumer_config(&self) -> ConsumerConfig {
         // Mutating the default (not a struct literal) keeps this compiling
         // when the client grows settings.
         let mut c = ConsumerConfig::default();
         let t = &self.consumer;
-        if let Some(v) = t.isolation {
-            c.isolation = v;
-        }
+        c.isolation = t.isolation.unwrap_or(IsolationLevel::ReadCommitted);
         if let Some(v) = t.max_wait {
             c.max_wait = v;
         }
@@ -355,6 +388,24 @@ impl SourceOptions {
         }
         if let Some(v) = t.check_crcs {
             c.check_crcs = v;
+        }
+        if let Some(v) = t.max_poll_records {
+            c.max_poll_records = v;
+        }
+        if let Some(v) = t.max_poll_bytes {
+            c.max_poll_bytes = v;
+        }
+        if let Some(v) = t.max_batch_inflate {
+            c.max_batch_inflate = v;
+        }
+        if let Some(v) = t.fetch_sessions {
+            c.fetch_sessions = v;
+        }
+        if let Some(v) = t.max_throttle {
+            c.max_throttle = v;
+        }
+        if let Some(v) = &t.client_rack {
+            c.client_rack = Some(v.clone());
         }
         c.auto_offset_reset = None;
         c
@@ -376,6 +427,10 @@ pub struct SinkOptions {
     pub flush_timeout: Duration,
     pub fixed_partition: Option<i32>,
     pub metric_prefix: Option<String>,
+    /// `format = avro|protobuf|json-schema` and its registry (string sinks only).
+    pub value_format: Option<FormatOptions>,
+    /// The subtask this sink runs as (a metrics label; set by the registry).
+    pub subtask_index: u32,
     pub security: SecurityConfig,
     pub client: ClientTuning,
     pub producer: ProducerTuning,
@@ -399,6 +454,8 @@ impl SinkOptions {
             flush_timeout: Duration::from_millis(30_000),
             fixed_partition: None,
             metric_prefix: None,
+            value_format: None,
+            subtask_index: 0,
             security: SecurityConfig::default(),
             client: ClientTuning::default(),
             producer: ProducerTuning::default(),
@@ -408,7 +465,11 @@ impl SinkOptions {
     }
 
     pub fn client_config(&self) -> Result<ClientConfig> {
-        client_config(&self.brokers, &self.client_id, &self.security, &self.client)
+        let mut c = client_config(&self.brokers, &self.client_id, &self.security, &self.client)?;
+        if let Some(p) = &self.metric_prefix {
+            c.metric_prefix = p.clone();
+        }
+        Ok(c)
     }
 
     pub fn producer_config(&self) -> Result<ProducerConfig> {
@@ -516,6 +577,14 @@ fn passthrough(property: &str) -> Option<(&'static str, Scope)> {
         "check.crcs" => ("check.crcs", Source),
         "isolation.level" => ("isolation.level", Source),
         "enable.auto.commit" => ("enable.auto.commit", Source),
+        // The native consumer's own settings (librdkafka has none of these:
+        // refused on the rdkafka backend, see `native_only`).
+        "max.poll.records" => ("max.poll.records", Source),
+        "max.poll.bytes" => ("max.poll.bytes", Source),
+        "max.batch.inflate.bytes" => ("max.batch.inflate.bytes", Source),
+        "enable.fetch.sessions" => ("enable.fetch.sessions", Source),
+        "fetch.throttle.max.ms" => ("fetch.throttle.max.ms", Source),
+        "client.rack" => ("client.rack", Source),
         "linger.ms" | "queue.buffering.max.ms" => ("linger_ms", Sink),
         "acks" | "request.required.acks" => ("acks", Sink),
         "compression.codec" | "compression.type" => ("compression", Sink),
@@ -533,9 +602,6 @@ fn passthrough(property: &str) -> Option<(&'static str, Scope)> {
 
 fn unsupported_reason(property: &str) -> String {
     match property {
-        "client.rack" => "the native consumer always fetches from the partition leader (no KIP-392 rack-aware \
-                          follower fetching), so a rack would have no effect"
-            .into(),
         "enable.auto.offset.store"
         | "auto.commit.interval.ms"
         | "group.instance.id"
@@ -557,10 +623,29 @@ fn unsupported_reason(property: &str) -> String {
     }
 }
 
+/// The passthrough properties only the native consumer has: librdkafka
+/// has no such setting, so on the rdkafka backend they are refused rather
+/// than silently ignored.
+fn native_only(canonical: &str) -> bool {
+    matches!(
+        canonical,
+        "max.poll.records"
+            | "max.poll.bytes"
+            | "max.batch.inflate.bytes"
+            | "enable.fetch.sessions"
+            | "fetch.throttle.max.ms"
+    )
+}
+
 /// On the rdkafka backend, the properties that still are not passed
 /// through: the source and sinks own these settings (or they contradict
 /// how the source works), whichever client runs underneath.
 fn refused_on_rdkafka(property: &str) -> Option<String> {
+    // The security-weakening ones first (refused in every build, so with
+    // or without the `rdkafka` feature the refusal names the property).
+    if let Some(reason) = security::librdkafka_passthrough_refusal(property) {
+        return Some(reason);
+    }
     match property {
         "enable.auto.offset.store"
         | "auto.commit.interval.ms"
@@ -642,6 +727,14 @@ fn collect(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<(Inpu
                         return Err(ConnectorError::UnsupportedProperty {
                             property: key.clone(),
                             reason: why.into(),
+                        });
+                    }
+                    if inputs.backend == Backend::Rdkafka && native_only(canonical) {
+                        return Err(ConnectorError::UnsupportedProperty {
+                            property: key.clone(),
+                            reason: "a setting of the native consumer, which librdkafka does not have; it \
+                                     applies only with backend = native"
+                                .into(),
                         });
                     }
                     inputs.set(canonical, value, key)?;
@@ -821,41 +914,10 @@ fn required<'a>(inputs: &'a Inputs, option: &'static str, kind: FactoryKind) -> 
     }
 }
 
-/// `format` on a string factory: plain text / JSON is verbatim; the
-/// registry-framed formats are a later piece.
-fn check_format(inputs: &Inputs) -> Result<()> {
-    if let Some((v, k)) = inputs.get("format") {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "json" | "text" | "plain" => {}
-            f @ ("avro" | "protobuf" | "json-schema") => {
-                return Err(ConnectorError::NotYetAvailable {
-                    what: format!("{k}='{f}'"),
-                    reason: "registry-framed value formats are not implemented yet; use format='json' (verbatim)"
-                        .into(),
-                })
-            }
-            _ => {
-                return Err(ConnectorError::invalid(
-                    k,
-                    v,
-                    "one of json, text (avro, protobuf, json-schema are not available yet)",
-                ))
-            }
-        }
-    }
-    for option in [
-        "schema_registry_url",
-        "schema_registry_subject",
-        "schema_registry_auto_register",
-    ] {
-        if inputs.get(option).is_some() {
-            return Err(ConnectorError::NotYetAvailable {
-                what: option.into(),
-                reason: "the Schema Registry formats are not implemented yet".into(),
-            });
-        }
-    }
-    Ok(())
+/// `format` and the `schema_registry_*` options of a string factory (see
+/// [`super::format::parse_options`]).
+fn check_format(inputs: &Inputs, sink: bool) -> Result<Option<FormatOptions>> {
+    super::format::parse_options(|name| inputs.get(name), sink)
 }
 
 fn client_tuning(inputs: &Inputs) -> Result<ClientTuning> {
@@ -952,7 +1014,7 @@ pub fn parse_source(
         };
     }
     if kind == FactoryKind::TextSource {
-        check_format(&inputs)?;
+        o.value_format = check_format(&inputs, false)?;
     }
     let i32_in = |name: &str, min: u64| {
         inputs
@@ -977,11 +1039,41 @@ pub fn parse_source(
                 _ => Err(ConnectorError::invalid(k, v, "one of read_committed, read_uncommitted")),
             })
             .transpose()?,
+        max_poll_records: i32_in("max.poll.records", 1)?.map(|n| n as usize),
+        max_poll_bytes: i32_in("max.poll.bytes", 1)?.map(|n| n as usize),
+        max_batch_inflate: i32_in("max.batch.inflate.bytes", 1024)?.map(|n| n as usize),
+        fetch_sessions: inputs
+            .get("enable.fetch.sessions")
+            .map(|(v, k)| parse_bool(k, v))
+            .transpose()?,
+        max_throttle: inputs
+            .get("fetch.throttle.max.ms")
+            .map(|(v, k)| parse_ms(k, v))
+            .transpose()?,
+        client_rack: inputs
+            .get("client.rack")
+            .map(|(v, k)| match v.trim() {
+                "" => Err(ConnectorError::invalid(
+                    k,
+                    v,
+                    "a rack id (leave it unset to fetch from leaders)",
+                )),
+                rack => Ok(rack.to_owned()),
+            })
+            .transpose()?,
     };
     o.client = client_tuning(&inputs)?;
     o.security = security.resolve()?;
     o.rdkafka_properties = verbatim_checked(&inputs, &o.security)?;
     o.backend = inputs.backend;
+    if let (true, Backend::Rdkafka, Some((v, k))) = (o.enable_debug, o.backend, inputs.get("enable_debug")) {
+        return Err(ConnectorError::invalid(
+            k,
+            v,
+            "false with backend = rdkafka (the protocol log is the native client's; pass librdkafka's own \
+             contexts as kafka.debug, e.g. 'broker,protocol,metadata')",
+        ));
+    }
     check_backend(&inputs)?;
     Ok(o)
 }
@@ -1035,7 +1127,7 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
         kind,
         FactoryKind::TextSink | FactoryKind::UpsertSink | FactoryKind::TwoPhaseCommitSink
     ) {
-        check_format(inputs)?;
+        o.value_format = check_format(inputs, true)?;
     }
     let usize_in = |name: &str, min: u64, scale: u64| {
         inputs
@@ -1145,8 +1237,13 @@ pub struct TwoPhaseCommitOptions {
     pub replay_suppression: bool,
     /// `receipt_dir`: where commit receipts (`sub<K>-<N>`) and
     /// unresolved-orphan markers (`sub<K>-<N>.unresolved`) are written.
-    /// `None`: receipts are kept in memory only and markers only logged.
+    /// `None`: receipts are kept in memory only and markers only logged
+    /// (the registry refuses that unless `receipts_in_memory`; a sink built
+    /// directly warns at `open`).
     pub receipt_dir: Option<std::path::PathBuf>,
+    /// `receipts_in_memory` (default false): the explicit opt-in to
+    /// receipts without a directory.
+    pub receipts_in_memory: bool,
     /// Bound on retrying transport failures while resolving a restored
     /// prepared transaction before `open` fails (not an option: a field).
     pub resolve_unreachable_after: Duration,
@@ -1167,6 +1264,7 @@ impl TwoPhaseCommitOptions {
             commit_group: None,
             replay_suppression: true,
             receipt_dir: None,
+            receipts_in_memory: false,
             resolve_unreachable_after: Duration::from_secs(30),
         }
     }
@@ -1264,6 +1362,9 @@ pub fn parse_two_phase_commit(
     if let Some((v, k)) = inputs.get("receipt_dir") {
         o.receipt_dir = Some(non_empty(k, v)?.into());
     }
+    if let Some((v, k)) = inputs.get("receipts_in_memory") {
+        o.receipts_in_memory = parse_bool(k, v)?;
+    }
     check_backend(&inputs)?;
     Ok(o)
 }
@@ -1287,6 +1388,43 @@ mod tests {
         assert_eq!(o.max_batch_size, 2048);
         assert_eq!(o.partition_discovery_interval, Duration::from_secs(30));
         assert_eq!(o.consumer_config().auto_offset_reset, None);
+        // As librdkafka's consumer: read_committed unless opted out.
+        assert_eq!(o.consumer_config().isolation, IsolationLevel::ReadCommitted);
+        assert!(!o.client_config().unwrap().debug);
+        assert_eq!(o.client_config().unwrap().metric_prefix, crate::metrics::DEFAULT_PREFIX);
+    }
+
+    #[test]
+    fn enable_debug_and_metric_prefix_reach_the_client_config() {
+        let base = [("brokers", "h:1"), ("topic", "t")];
+        let with = |extra: &[(&str, &str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            p(&v)
+        };
+        let o = parse_source(
+            FactoryKind::MessageSource,
+            &with(&[("enable_debug", "true"), ("metric_prefix", "job7")]),
+            0,
+            1,
+        )
+        .unwrap();
+        let c = o.client_config().unwrap();
+        assert!(c.debug);
+        assert_eq!(c.metric_prefix, "job7");
+        let o = parse_sink(FactoryKind::MessageSink, &with(&[("metric_prefix", "job7")])).unwrap();
+        assert_eq!(o.client_config().unwrap().metric_prefix, "job7");
+        // The protocol log is the native client's: on librdkafka it would
+        // be inert, so it is refused there, naming the option.
+        let e = parse_source(
+            FactoryKind::MessageSource,
+            &with(&[("enable_debug", "true"), ("backend", "rdkafka")]),
+            0,
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(e.option(), Some("enable_debug"), "{e}");
+        assert!(e.to_string().contains("kafka.debug"), "{e}");
     }
 
     #[test]
@@ -1409,5 +1547,89 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.option(), Some("kafka.fetch.wait.max.ms"), "{e}");
+    }
+
+    #[test]
+    fn native_consumer_settings_reach_the_consumer_config_and_are_range_checked() {
+        let src = |extra: &[(&str, &str)]| {
+            let mut params = p(&[("brokers", "h:1"), ("topic", "t")]);
+            params.extend(p(extra));
+            parse_source(FactoryKind::MessageSource, &params, 0, 1)
+        };
+        let c = src(&[
+            ("kafka.max.poll.records", "7"),
+            ("kafka.max.poll.bytes", "4096"),
+            ("kafka.max.batch.inflate.bytes", "1048576"),
+            ("kafka.enable.fetch.sessions", "false"),
+            ("kafka.fetch.throttle.max.ms", "250"),
+            ("kafka.client.rack", "rack-2"),
+        ])
+        .unwrap()
+        .consumer_config();
+        assert_eq!(c.client_rack.as_deref(), Some("rack-2"));
+        assert_eq!(src(&[]).unwrap().consumer_config().client_rack, None);
+        assert_eq!(c.max_poll_records, 7);
+        assert_eq!(c.max_poll_bytes, 4096);
+        assert_eq!(c.max_batch_inflate, 1 << 20);
+        assert!(!c.fetch_sessions);
+        assert_eq!(c.max_throttle, Duration::from_millis(250));
+        let d = src(&[]).unwrap().consumer_config();
+        let default = ConsumerConfig::default();
+        assert_eq!(
+            (
+                d.max_poll_records,
+                d.max_poll_bytes,
+                d.max_batch_inflate,
+                d.fetch_sessions,
+                d.max_throttle
+            ),
+            (
+                default.max_poll_records,
+                default.max_poll_bytes,
+                default.max_batch_inflate,
+                default.fetch_sessions,
+                default.max_throttle
+            )
+        );
+        for (key, bad, expected) in [
+            ("kafka.max.poll.records", "0", "an integer from 1 to 2147483647"),
+            (
+                "kafka.max.poll.records",
+                "2147483648",
+                "an integer from 1 to 2147483647",
+            ),
+            ("kafka.max.poll.bytes", "0", "an integer from 1 to 2147483647"),
+            (
+                "kafka.max.batch.inflate.bytes",
+                "1023",
+                "an integer from 1024 to 2147483647",
+            ),
+            ("kafka.enable.fetch.sessions", "yes", "true or false"),
+            ("kafka.fetch.throttle.max.ms", "-5", "milliseconds"),
+            ("kafka.client.rack", " ", "a rack id"),
+        ] {
+            let e = src(&[(key, bad)]).unwrap_err();
+            assert_eq!(e.option(), Some(key), "{e}");
+            assert!(e.to_string().contains(expected), "{key}={bad}: {e}");
+        }
+        // A sink has no consumer.
+        let e = parse_sink(
+            FactoryKind::MessageSink,
+            &p(&[("brokers", "h:1"), ("topic", "t"), ("kafka.max.poll.records", "7")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.option(), Some("kafka.max.poll.records"), "{e}");
+        // librdkafka has none of them: refused by name, not ignored.
+        for key in [
+            "kafka.max.poll.records",
+            "kafka.max.poll.bytes",
+            "kafka.max.batch.inflate.bytes",
+            "kafka.enable.fetch.sessions",
+            "kafka.fetch.throttle.max.ms",
+        ] {
+            let e = src(&[("backend", "rdkafka"), (key, "1024")]).unwrap_err();
+            assert_eq!(e.option(), Some(key), "{e}");
+            assert!(e.to_string().contains("backend = native"), "{e}");
+        }
     }
 }

@@ -7,9 +7,17 @@
 //!   never committing; `auto.offset.reset = error`, so an out-of-range start
 //!   is an error as on the native client; the isolation level passed
 //!   through. A poll drains what librdkafka has queued without blocking the
-//!   runtime: librdkafka's queue-nonempty callback wakes a `Notify`.
-//! - [`RdkafkaProducer`]: a `FutureProducer` (idempotent with `acks=all` by
-//!   default, as natively), at least once, deliveries as futures.
+//!   runtime, in batches (`rd_kafka_consume_batch_queue`, through the
+//!   crate's raw bindings: the crate's `poll` serves one message per
+//!   call), bounded by `max.poll.records` and the poll byte bound as
+//!   natively; librdkafka's queue-nonempty callback wakes a `Notify`.
+//!   librdkafka's prefetch is bounded like the native consumer's memory
+//!   (`queued.max.messages.kbytes` = `fetch.max.bytes`).
+//! - [`RdkafkaProducer`]: a `ThreadedProducer` (idempotent with `acks=all`
+//!   by default, as natively), at least once. A record's delivery opaque is
+//!   a sequence number; the delivery callback writes the outcome into one
+//!   ring that the record's [`RdkafkaDelivery`] reads (no channel, box or
+//!   future allocation per record, unlike the crate's `FutureProducer`).
 //! - [`RdkafkaTransactionalProducer`]: the same with `transactional.id`; its
 //!   blocking transaction calls run on `spawn_blocking`. The producer id and
 //!   epoch for the resume handle come from librdkafka's statistics JSON
@@ -25,30 +33,35 @@
 //! In-doubt resolution stays on the native [`crate::client::Resolver`]: no
 //! librdkafka call ends another producer's transaction.
 //!
-//! Copies librdkafka forces: a consumed record's key, value and headers live
-//! in librdkafka's fetch buffer, which a `BorrowedMessage` cannot outlive,
-//! so each poll copies its records once into ONE buffer and hands out
-//! `Bytes` slices of it (one allocation per poll, not per record); a
-//! produced record is copied by librdkafka into its queue
-//! (`RD_KAFKA_MSG_F_COPY`).
+//! Copies: a consumed record's key, value and headers live in librdkafka's
+//! fetch buffer, which its message keeps alive until destroyed, so each
+//! chunk of a poll is copied once into ONE buffer and handed out as `Bytes`
+//! slices of it (one allocation per chunk of up to 256 records, not per
+//! record; see `RdkafkaConsumer::drain` for why not zero-copy); a produced
+//! record is copied by librdkafka into its queue (`RD_KAFKA_MSG_F_COPY`:
+//! the caller's `Bytes` may be dropped as soon as `send` returns).
 //!
-//! This build's librdkafka is the bundled one with no optional C library:
-//! no OpenSSL (so no TLS and no SCRAM), no zlib (no gzip), no zstd; LZ4 and
-//! Snappy are built in, SASL PLAIN is built in. Those configurations are
-//! refused when the operator is built, naming the option.
+//! This build's librdkafka is the bundled one linked against the system's
+//! OpenSSL (TLS, mTLS, SASL SCRAM), zlib (gzip) and zstd; LZ4, Snappy and
+//! SASL PLAIN are built in. No libsasl2 (no GSSAPI) and no curl. The typed
+//! security settings map onto librdkafka properties in
+//! [`SecurityConfig::librdkafka_properties`]; a verbatim `kafka.<property>`
+//! that could weaken them is refused when the operator is built
+//! ([`super::security::librdkafka_passthrough_refusal`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use rdkafka::config::ClientConfig as RdConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::message::{Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
@@ -57,14 +70,8 @@ use super::error::{ConnectorError, Result};
 use super::options::{ClientTuning, Passthrough, SinkOptions, SourceOptions};
 use super::record::{Header, KafkaMessage};
 use super::security::SecurityConfig;
-use crate::client::{Acks, IsolationLevel, ResumeHandle, SecurityProtocol, TransactionVersion};
+use crate::client::{Acks, IsolationLevel, ResumeHandle, TransactionVersion};
 use clink_kafka_wire::compression::Compression;
-use clink_kafka_wire::sasl::SaslMechanism;
-
-/// What this build's librdkafka lacks, as the rdkafka crate's feature
-/// that would add it (for error messages).
-const NO_TLS: &str = "this build's librdkafka has no TLS (the rdkafka crate's `ssl` feature, which links \
-                      OpenSSL, is not enabled); use backend = 'native'";
 
 /// A librdkafka error; a broker error also names Kafka's code
 /// (`MESSAGE_TOO_LARGE`), as the native client's errors do.
@@ -132,41 +139,17 @@ fn base_config(
     c.set("bootstrap.servers", brokers);
     c.set("client.id", client_id);
     c.set("log_level", "3");
-    match security.protocol {
-        SecurityProtocol::Plaintext => {
-            c.set("security.protocol", "plaintext");
-        }
-        SecurityProtocol::SaslPlaintext => {
-            c.set("security.protocol", "sasl_plaintext");
-        }
-        SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => {
-            return Err(ConnectorError::UnsupportedProperty {
-                property: "security_protocol".into(),
-                reason: format!(
-                    "'{}' on backend 'rdkafka': {NO_TLS}",
-                    security.protocol.name().to_ascii_lowercase()
-                ),
-            });
-        }
+    // The typed security settings (checked when the options were parsed),
+    // as librdkafka properties; see `SecurityConfig::librdkafka_properties`.
+    for (property, value) in security.librdkafka_properties()?.0 {
+        c.set(property, value);
     }
-    if let Some(sasl) = &security.sasl {
-        match sasl.mechanism {
-            SaslMechanism::Plain => {}
-            other => {
-                return Err(ConnectorError::UnsupportedProperty {
-                    property: "sasl_mechanism".into(),
-                    reason: format!(
-                        "{} on backend 'rdkafka': librdkafka's SCRAM needs OpenSSL, and this build's librdkafka \
-                         has none (the rdkafka crate's `ssl` feature is not enabled); use PLAIN or backend = \
-                         'native'",
-                        other.name()
-                    ),
-                });
-            }
-        }
-        c.set("sasl.mechanism", "PLAIN");
-        c.set("sasl.username", &sasl.username);
-        c.set("sasl.password", sasl.password.expose());
+    if security.tls.as_ref().is_some_and(|t| t.insecure_skip_verify) && security.protocol.uses_tls() {
+        tracing::warn!(
+            "TLS certificate verification is OFF (enable_ssl_certificate_verification=false) on backend \
+             'rdkafka': connections are encrypted but the broker is not authenticated; anyone on the path can \
+             impersonate it"
+        );
     }
     // librdkafka's floor for the connection setup bound is 1 s (a shorter
     // native bound is raised to it).
@@ -189,10 +172,10 @@ fn base_config(
         c.set("receive.message.max.bytes", v.to_string());
     }
     for (k, v) in &verbatim.0 {
-        if k.starts_with("ssl.") || k.starts_with("ssl_") {
+        if let Some(reason) = super::security::librdkafka_passthrough_refusal(k) {
             return Err(ConnectorError::UnsupportedProperty {
                 property: format!("kafka.{k}"),
-                reason: NO_TLS.into(),
+                reason,
             });
         }
         c.set(k, v);
@@ -222,6 +205,153 @@ fn validate(config: &RdConfig) -> Result<()> {
     }
 }
 
+/// The last authentication or TLS failure librdkafka reported for one
+/// client. librdkafka retries such a broker connection forever, and a
+/// lookup waiting on it would end only at its timeout with "broker
+/// transport failure"; with this, the lookup ends at once and the error
+/// names the cause (librdkafka's reason names the broker and the mechanism
+/// or the certificate check, never a credential).
+///
+/// Reported two ways: the error callback (served only when the client is
+/// polled, which a consumer is not during its start-up lookups) and the
+/// `FAIL` log line (called from librdkafka's broker thread at once). Only
+/// messages about a certificate or authentication count, not a
+/// disconnect. A failure counts for a call if reported after the client's
+/// last successful lookup and at most a minute before the call began
+/// (librdkafka repeats an identical failure at most every 30 s), so one a
+/// later connection recovered from does not end later calls.
+pub struct SecurityFailure {
+    last: Mutex<Option<(Instant, String)>>,
+    last_ok: Mutex<Instant>,
+}
+
+impl Default for SecurityFailure {
+    fn default() -> Self {
+        SecurityFailure {
+            last: Mutex::new(None),
+            last_ok: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+/// How long before a call a reported failure still counts for it.
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+
+impl SecurityFailure {
+    fn record(&self, reason: &str) {
+        let lower = reason.to_ascii_lowercase();
+        if ["certificate", "authentication", "unknown ca", "sasl handshake"]
+            .iter()
+            .any(|w| lower.contains(w))
+        {
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), reason.to_owned()));
+        }
+    }
+
+    fn succeeded(&self) {
+        *self.last_ok.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// The failure that counts for a call begun at `started`.
+    fn reason(&self, started: Instant) -> Option<String> {
+        let last_ok = *self.last_ok.lock().unwrap_or_else(|p| p.into_inner());
+        let since = started.checked_sub(FAILURE_WINDOW).map_or(last_ok, |s| s.max(last_ok));
+        match &*self.last.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((at, reason)) if *at >= since => Some(reason.clone()),
+            _ => None,
+        }
+    }
+
+    /// `e`, with the failure that counts for a call begun at `started` as
+    /// its cause.
+    fn explain(&self, started: Instant, operation: &str, e: KafkaError) -> ConnectorError {
+        match self.reason(started) {
+            Some(reason) => ConnectorError::Rdkafka {
+                operation: operation.to_owned(),
+                message: format!("{reason} ({e})"),
+            },
+            None => rd_err(operation, e),
+        }
+    }
+}
+
+/// The `ClientContext` callbacks the consumer's and the producers' contexts
+/// share: librdkafka's log
+/// lines and errors go to `tracing` (warnings and worse at `warn`), and
+/// security failures are recorded.
+fn on_log(failure: &SecurityFailure, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+    use rdkafka::config::RDKafkaLogLevel::*;
+    match level {
+        Emerg | Alert | Critical | Error | Warning => {
+            tracing::warn!(facility, "librdkafka: {message}")
+        }
+        _ => tracing::debug!(facility, "librdkafka: {message}"),
+    }
+    if facility == "FAIL" && matches!(level, Emerg | Alert | Critical | Error) {
+        failure.record(message);
+    }
+}
+
+fn on_error(failure: &SecurityFailure, error: &KafkaError, reason: &str) {
+    tracing::warn!(error = %error, "librdkafka client error: {reason}");
+    failure.record(reason);
+}
+
+/// The consumer's context: librdkafka's logs to `tracing`, and the last
+/// security failure kept (the producers' is [`ProducerReports`]).
+#[derive(Clone, Default)]
+pub struct FailureContext {
+    failure: Arc<SecurityFailure>,
+}
+
+impl ClientContext for FailureContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        on_log(&self.failure, level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        on_error(&self.failure, &error, reason);
+    }
+}
+
+impl ConsumerContext for FailureContext {}
+
+/// [`blocking`], ended early (with the cause) when the client reports an
+/// authentication or TLS failure meanwhile; an error of the call itself
+/// also names such a failure. `pump` serves the client's queued log lines
+/// and errors (a consumer's are served only by polling it). Not cancel
+/// safe: a dropped future leaves the librdkafka call running to its own
+/// timeout (as does an early end).
+async fn blocking_guarded<T: Send + 'static>(
+    failure: &SecurityFailure,
+    pump: &(dyn Fn() + Sync),
+    operation: &'static str,
+    call: impl FnOnce() -> std::result::Result<T, KafkaError> + Send + 'static,
+) -> Result<T> {
+    let since = Instant::now();
+    let mut task = tokio::task::spawn_blocking(call);
+    loop {
+        tokio::select! {
+            r = &mut task => {
+                let r = r.map_err(|e| join_err(operation, e))?.map_err(|e| failure.explain(since, operation, e));
+                if r.is_ok() {
+                    failure.succeeded();
+                }
+                return r;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                pump();
+                if let Some(reason) = failure.reason(since) {
+                    return Err(ConnectorError::Rdkafka {
+                        operation: operation.to_owned(),
+                        message: reason,
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// Runs a blocking librdkafka call off the runtime.
 async fn blocking<T: Send + 'static>(
     operation: &'static str,
@@ -233,25 +363,31 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| rd_err(operation, e))
 }
 
-/// [`blocking`], retried while the error is [`transient`], until `bound`.
+/// The longest single librdkafka lookup of a retried one: what an early
+/// end on a security failure leaves running.
+const LOOKUP_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// [`blocking_guarded`], retried while the error is [`transient`], until
+/// `bound`.
 async fn blocking_retried<T: Send + 'static>(
+    failure: &SecurityFailure,
+    pump: &(dyn Fn() + Sync),
     operation: &'static str,
     bound: Duration,
     call: impl Fn() -> std::result::Result<T, KafkaError> + Send + Sync + Clone + 'static,
 ) -> Result<T> {
-    let deadline = Instant::now() + bound;
+    let since = Instant::now();
+    let deadline = since + bound;
     loop {
         let attempt = call.clone();
-        let r = tokio::task::spawn_blocking(attempt)
-            .await
-            .map_err(|e| join_err(operation, e))?;
+        let r = blocking_guarded(failure, pump, operation, move || Ok(attempt())).await?;
         match r {
             Ok(v) => return Ok(v),
-            Err(e) if transient(&e) && Instant::now() < deadline => {
+            Err(e) if transient(&e) && Instant::now() < deadline && failure.reason(since).is_none() => {
                 tracing::debug!(operation, error = %e, "transient librdkafka error; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(e) => return Err(rd_err(operation, e)),
+            Err(e) => return Err(failure.explain(since, operation, e)),
         }
     }
 }
@@ -259,10 +395,131 @@ async fn blocking_retried<T: Send + 'static>(
 // ---------------------------------------------------------------------------
 // Consumer.
 
-/// The most records one poll copies out of librdkafka.
-const MAX_POLL_RECORDS: usize = 8192;
-/// The most key/value/header bytes one poll copies.
-const MAX_POLL_BYTES: usize = 16 * 1024 * 1024;
+/// librdkafka's `queued.min.messages`: it fetches for a partition while
+/// fewer messages than this are queued (its default is 100,000).
+const QUEUED_MIN_MESSAGES: usize = 10_000;
+
+/// librdkafka's `fetch.queue.backoff.ms` (see `RdkafkaConsumer::new`).
+const FETCH_QUEUE_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How many messages one `rd_kafka_consume_batch_queue` call takes (the
+/// poll's byte bound is checked between calls).
+const CONSUME_CHUNK: usize = 256;
+
+/// librdkafka's consumer queue, read in batches: one
+/// `rd_kafka_consume_batch_queue` call hands over up to [`CONSUME_CHUNK`]
+/// messages, where the rdkafka crate's `BaseConsumer::poll` serves one
+/// event per call (with a clock read and an `Arc` per message).
+///
+/// Holds the consumer, so the queue handle is destroyed before the
+/// `rd_kafka_t` it belongs to.
+struct ConsumerQueue {
+    queue: std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>,
+    /// Keeps the client alive until the queue handle is released.
+    _consumer: Arc<BaseConsumer<FailureContext>>,
+}
+
+// SAFETY: librdkafka's queue handles are thread safe (every operation takes
+// the queue's lock); the handle is only used through `&mut RdkafkaConsumer`.
+unsafe impl Send for ConsumerQueue {}
+unsafe impl Sync for ConsumerQueue {}
+
+impl ConsumerQueue {
+    fn new(consumer: Arc<BaseConsumer<FailureContext>>) -> Result<Self> {
+        // SAFETY: a live client handle; the returned handle is a new
+        // reference to the consumer queue (the group queue, to which
+        // `BaseConsumer` forwards the main queue), released in `drop`.
+        let raw = unsafe { rdkafka::bindings::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
+        let queue = std::ptr::NonNull::new(raw).ok_or_else(|| ConnectorError::Rdkafka {
+            operation: "creating the consumer".into(),
+            message: "librdkafka has no consumer queue (no group.id)".into(),
+        })?;
+        Ok(ConsumerQueue {
+            queue,
+            _consumer: consumer,
+        })
+    }
+
+    /// Takes up to `out.len()` messages without waiting; each returned
+    /// pointer must be released with `rd_kafka_message_destroy`.
+    fn take(&self, out: &mut [*mut rdkafka::bindings::rd_kafka_message_t]) -> usize {
+        // SAFETY: a live queue handle and an array of `out.len()` slots.
+        let n = unsafe {
+            rdkafka::bindings::rd_kafka_consume_batch_queue(self.queue.as_ptr(), 0, out.as_mut_ptr(), out.len())
+        };
+        usize::try_from(n).unwrap_or(0).min(out.len())
+    }
+}
+
+impl Drop for ConsumerQueue {
+    fn drop(&mut self) {
+        // SAFETY: the handle from `rd_kafka_queue_get_consumer`, released
+        // once, while `self._consumer` still holds the client.
+        unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.queue.as_ptr()) };
+    }
+}
+
+/// One consumed message's fields, read out of librdkafka's
+/// `rd_kafka_message_t` (which must outlive the slices).
+struct RawMessage<'a> {
+    partition: i32,
+    offset: i64,
+    timestamp: i64,
+    key: Option<&'a [u8]>,
+    payload: Option<&'a [u8]>,
+    headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
+}
+
+impl RawMessage<'_> {
+    fn len(&self) -> usize {
+        self.key.map_or(0, <[u8]>::len)
+            + self.payload.map_or(0, <[u8]>::len)
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+                .sum::<usize>()
+    }
+}
+
+/// # Safety
+/// `m` is a live message from `rd_kafka_consume_batch_queue` with no
+/// error; the result borrows its memory until it is destroyed.
+unsafe fn read_message<'a>(m: *const rdkafka::bindings::rd_kafka_message_t) -> RawMessage<'a> {
+    use rdkafka::bindings as rd;
+    let msg = &*m;
+    let bytes = |ptr: *mut std::ffi::c_void, len: usize| -> Option<&'a [u8]> {
+        (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr as *const u8, len))
+    };
+    let mut tstype = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+    let timestamp = rd::rd_kafka_message_timestamp(m, &mut tstype);
+    let mut headers = Vec::new();
+    let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    if rd::rd_kafka_message_headers(m, &mut hdrs) == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        let mut i = 0;
+        loop {
+            let mut name: *const std::ffi::c_char = std::ptr::null();
+            let mut value: *const std::ffi::c_void = std::ptr::null();
+            let mut size = 0usize;
+            if rd::rd_kafka_header_get_all(hdrs, i, &mut name, &mut value, &mut size)
+                != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                break;
+            }
+            let key = std::ffi::CStr::from_ptr(name).to_bytes();
+            headers.push((key, bytes(value as *mut _, size)));
+            i += 1;
+        }
+    }
+    RawMessage {
+        partition: msg.partition,
+        offset: msg.offset,
+        timestamp: if timestamp >= 0 { timestamp } else { -1 },
+        key: bytes(msg.key, msg.key_len),
+        payload: bytes(msg.payload, msg.len),
+        headers,
+    }
+}
 
 /// [`ConsumerBackend`] over librdkafka: manual assignment, no group
 /// membership, never commits.
@@ -271,7 +528,14 @@ pub struct RdkafkaConsumer {
     group_id: String,
     request_timeout: Duration,
     metadata_max_wait: Duration,
-    consumer: Option<Arc<BaseConsumer>>,
+    /// `max.poll.records` and the poll's byte bound, as natively.
+    max_poll_records: usize,
+    max_poll_bytes: usize,
+    consumer: Option<Arc<BaseConsumer<FailureContext>>>,
+    queue: Option<ConsumerQueue>,
+    context: FailureContext,
+    /// Whether partitions were assigned (from then on, only `poll` polls).
+    assigned: bool,
     /// Woken by librdkafka when the consumer queue becomes non-empty.
     ready: Arc<Notify>,
     /// An error polled after records of the same poll; returned next.
@@ -317,6 +581,21 @@ impl RdkafkaConsumer {
         c.set("fetch.max.bytes", cc.max_bytes.to_string());
         c.set("max.partition.fetch.bytes", cc.partition_max_bytes.to_string());
         c.set("check.crcs", cc.check_crcs.to_string());
+        if let Some(rack) = &cc.client_rack {
+            c.set("client.rack", rack.clone());
+        }
+        // librdkafka prefetches per partition until 100,000 messages or
+        // 64 MiB are queued (its defaults); the native consumer holds about
+        // one fetch answer (`fetch.max.bytes`). The same bound here.
+        c.set(
+            "queued.max.messages.kbytes",
+            (cc.max_bytes / 1024).clamp(1, 2_097_151).to_string(),
+        );
+        c.set("queued.min.messages", QUEUED_MIN_MESSAGES.to_string());
+        // With the queue over a threshold librdkafka postpones the next
+        // fetch by this much (default 1 s: a stall per refill at these
+        // thresholds; its documentation says to lower it with them).
+        c.set("fetch.queue.backoff.ms", ms(FETCH_QUEUE_BACKOFF));
         validate(&c)?;
         let client = options.client_config()?;
         Ok(RdkafkaConsumer {
@@ -324,101 +603,130 @@ impl RdkafkaConsumer {
             group_id: options.group_id.clone(),
             request_timeout: client.request_timeout,
             metadata_max_wait: client.metadata_max_wait,
+            max_poll_records: cc.max_poll_records.max(1),
+            max_poll_bytes: cc.max_poll_bytes.max(1),
             consumer: None,
+            queue: None,
+            context: FailureContext::default(),
+            assigned: false,
             ready: Arc::new(Notify::new()),
             deferred: None,
         })
     }
 
-    fn consumer(&self) -> Result<Arc<BaseConsumer>> {
+    /// Serves the consumer's queued log lines and errors (so a security
+    /// failure is seen during a lookup), while no partition is assigned: a
+    /// poll then cannot take a record the source would miss.
+    fn pump(&self) -> impl Fn() + Sync {
+        let idle = self.consumer.clone().filter(|_| !self.assigned);
+        move || {
+            if let Some(c) = &idle {
+                if let Some(Err(e)) = c.poll(Duration::ZERO) {
+                    tracing::debug!(error = %e, "librdkafka consumer error before assignment");
+                }
+            }
+        }
+    }
+
+    fn consumer(&self) -> Result<Arc<BaseConsumer<FailureContext>>> {
         self.consumer.clone().ok_or(ConnectorError::CallOrder {
             call: "rdkafka consumer backend",
             problem: "before connect",
         })
     }
 
-    /// Takes what librdkafka has queued, without waiting: one buffer for
-    /// the whole poll, records as slices of it.
-    fn drain(&mut self, consumer: &BaseConsumer) -> Vec<KafkaMessage> {
-        /// A `start..end` range of the poll's buffer.
-        type Span = (usize, usize);
-        struct Pending {
-            partition: i32,
-            offset: i64,
-            timestamp: i64,
-            key: Option<Span>,
-            payload: Option<Span>,
-            headers: Vec<(Span, Option<Span>)>,
-        }
-        let mut buf = BytesMut::new();
-        let put = |buf: &mut BytesMut, b: &[u8]| {
-            let start = buf.len();
-            buf.extend_from_slice(b);
-            (start, buf.len())
+    /// Takes what librdkafka has queued, without waiting, up to
+    /// `max_poll_records` records and (checked per chunk of
+    /// [`CONSUME_CHUNK`]) `max_poll_bytes`.
+    ///
+    /// The one copy: a message's key, value and headers live in
+    /// librdkafka's fetch buffers, which the message keeps alive until it
+    /// is destroyed; each chunk's records are copied into ONE buffer of
+    /// exactly their size and handed out as `Bytes` slices of it, and the
+    /// messages are destroyed right away. (Handing out the librdkafka
+    /// memory itself would cost an owner allocation and two atomic
+    /// operations per record, more than copying a small record, and would
+    /// keep whole fetch buffers alive for as long as any record of them.)
+    fn drain(&mut self) -> Vec<KafkaMessage> {
+        let Some(queue) = &self.queue else {
+            return Vec::new();
         };
-        let mut pending: Vec<Pending> = Vec::new();
-        let mut misses = 0;
-        while pending.len() < MAX_POLL_RECORDS && buf.len() < MAX_POLL_BYTES {
-            match consumer.poll(Duration::ZERO) {
-                Some(Ok(m)) => {
-                    misses = 0;
-                    let key = m.key().map(|k| put(&mut buf, k));
-                    let payload = m.payload().map(|p| put(&mut buf, p));
-                    let mut headers = Vec::new();
-                    if let Some(hs) = m.headers() {
-                        for h in hs.iter() {
-                            let k = put(&mut buf, h.key.as_bytes());
-                            let v = h.value.map(|v| put(&mut buf, v));
-                            headers.push((k, v));
-                        }
-                    }
-                    pending.push(Pending {
-                        partition: m.partition(),
-                        offset: m.offset(),
-                        timestamp: m.timestamp().to_millis().unwrap_or(-1),
-                        key,
-                        payload,
-                        headers,
-                    });
-                }
-                Some(Err(e)) => match classify(e) {
-                    Some(fatal) => {
-                        self.deferred = Some(fatal);
-                        break;
-                    }
-                    None => continue,
-                },
-                // None is also "an event other than a message was served"
-                // (statistics, logs): look twice more before calling the
-                // queue empty.
-                None => {
-                    misses += 1;
-                    if misses > 2 {
-                        break;
-                    }
+        let mut out: Vec<KafkaMessage> = Vec::new();
+        let mut raw = [std::ptr::null_mut(); CONSUME_CHUNK];
+        let mut copied = 0usize;
+        while out.len() < self.max_poll_records && copied < self.max_poll_bytes && self.deferred.is_none() {
+            let want = CONSUME_CHUNK.min(self.max_poll_records - out.len());
+            let n = queue.take(&mut raw[..want]);
+            let taken = &raw[..n];
+            let mut records = Vec::with_capacity(n);
+            for &m in taken {
+                // SAFETY: live messages from `take`, destroyed below,
+                // after the last use of what they hold.
+                let err = unsafe { (*m).err };
+                if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    records.push(unsafe { read_message(m) });
+                } else if let Some(fatal) = classify(KafkaError::MessageConsumption(err.into())) {
+                    // The records taken with it still go out (nothing is
+                    // lost); the error ends the poll and is returned next.
+                    self.deferred.get_or_insert(fatal);
                 }
             }
-        }
-        let buf = buf.freeze();
-        let slice = |r: (usize, usize)| buf.slice(r.0..r.1);
-        pending
-            .into_iter()
-            .map(|p| KafkaMessage {
-                payload: p.payload.map(slice),
-                key: p.key.map(slice),
-                headers: p
-                    .headers
+            let size: usize = records.iter().map(RawMessage::len).sum();
+            let mut buf = BytesMut::with_capacity(size);
+            let mut put = |b: &[u8]| {
+                let start = buf.len();
+                buf.extend_from_slice(b);
+                (start, buf.len())
+            };
+            let spans: Vec<_> = records
+                .iter()
+                .map(|r| {
+                    (
+                        r.key.map(&mut put),
+                        r.payload.map(&mut put),
+                        r.headers
+                            .iter()
+                            .map(|(k, v)| (put(k), v.map(&mut put)))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .collect();
+            let meta: Vec<_> = records.iter().map(|r| (r.partition, r.offset, r.timestamp)).collect();
+            drop(records);
+            for &m in taken {
+                // SAFETY: each message from `take` destroyed once; nothing
+                // borrows it any more (`records` is dropped).
+                unsafe { rdkafka::bindings::rd_kafka_message_destroy(m) };
+            }
+            let buf = buf.freeze();
+            let slice = |r: (usize, usize)| buf.slice(r.0..r.1);
+            out.extend(
+                spans
                     .into_iter()
-                    .map(|(k, v)| Header {
-                        key: slice(k),
-                        value: v.map(slice),
-                    })
-                    .collect(),
-                offset: p.offset,
-                partition: p.partition,
-                timestamp: p.timestamp,
-            })
-            .collect()
+                    .zip(meta)
+                    .map(
+                        |((key, payload, headers), (partition, offset, timestamp))| KafkaMessage {
+                            payload: payload.map(slice),
+                            key: key.map(slice),
+                            headers: headers
+                                .into_iter()
+                                .map(|(k, v)| Header {
+                                    key: slice(k),
+                                    value: v.map(slice),
+                                })
+                                .collect(),
+                            offset,
+                            partition,
+                            timestamp,
+                        },
+                    ),
+            );
+            copied += size;
+            if n < want {
+                break;
+            }
+        }
+        out
     }
 }
 
@@ -438,7 +746,7 @@ fn classify(e: KafkaError) -> Option<ConnectorError> {
                 | SaslAuthenticationFailed
                 | Authentication
                 | Fatal
-                // A batch this build cannot inflate (gzip, zstd): never skipped silently.
+                // A batch librdkafka cannot inflate: never skipped silently.
                 | NotImplemented
                 | BadCompression
         )
@@ -454,10 +762,15 @@ fn classify(e: KafkaError) -> Option<ConnectorError> {
 impl ConsumerBackend for RdkafkaConsumer {
     async fn connect(&mut self) -> Result<()> {
         if self.consumer.is_none() {
-            let mut consumer: BaseConsumer = self.config.create().map_err(|e| rd_err("creating the consumer", e))?;
+            let mut consumer: BaseConsumer<FailureContext> = self
+                .config
+                .create_with_context(self.context.clone())
+                .map_err(|e| rd_err("creating the consumer", e))?;
             let ready = self.ready.clone();
             consumer.set_nonempty_callback(move || ready.notify_one());
-            self.consumer = Some(Arc::new(consumer));
+            let consumer = Arc::new(consumer);
+            self.queue = Some(ConsumerQueue::new(consumer.clone())?);
+            self.consumer = Some(consumer);
         }
         Ok(())
     }
@@ -466,16 +779,26 @@ impl ConsumerBackend for RdkafkaConsumer {
         let consumer = self.consumer()?;
         let deadline = Instant::now() + self.metadata_max_wait;
         let timeout = self.request_timeout;
+        // Short attempts, retried while transient up to the request
+        // timeout: a lookup ended early by a security failure leaves at
+        // most one attempt running.
+        let attempt = timeout.min(LOOKUP_ATTEMPT);
         loop {
             let (c, t) = (consumer.clone(), topic.to_owned());
-            let md = blocking("fetching metadata", move || {
-                let md = c.fetch_metadata(Some(&t), timeout)?;
-                Ok(md
-                    .topics()
-                    .iter()
-                    .find(|m| m.name() == t)
-                    .map(|m| (m.error(), m.partitions().len())))
-            })
+            let md = blocking_retried(
+                &self.context.failure,
+                &self.pump(),
+                "fetching metadata",
+                timeout,
+                move || {
+                    let md = c.fetch_metadata(Some(&t), attempt)?;
+                    Ok(md
+                        .topics()
+                        .iter()
+                        .find(|m| m.name() == t)
+                        .map(|m| (m.error(), m.partitions().len())))
+                },
+            )
             .await?;
             match md {
                 Some((None, n)) if n > 0 => return Ok(n as i32),
@@ -497,9 +820,15 @@ impl ConsumerBackend for RdkafkaConsumer {
     async fn watermark(&mut self, topic: &str, partition: i32, which: Watermark) -> Result<i64> {
         let consumer = self.consumer()?;
         let (t, timeout) = (topic.to_owned(), self.request_timeout);
-        let (low, high) = blocking_retried("fetching watermarks", self.metadata_max_wait, move || {
-            consumer.fetch_watermarks(&t, partition, timeout)
-        })
+        let failure = &self.context.failure;
+        let pump = self.pump();
+        let (low, high) = blocking_retried(
+            failure,
+            &pump,
+            "fetching watermarks",
+            self.metadata_max_wait,
+            move || consumer.fetch_watermarks(&t, partition, timeout.min(LOOKUP_ATTEMPT)),
+        )
         .await?;
         Ok(match which {
             Watermark::Low => low,
@@ -521,9 +850,12 @@ impl ConsumerBackend for RdkafkaConsumer {
         let timeout = self.request_timeout;
         // One lookup (the source bounds the retries).
         let lookup = if group_id == self.group_id {
-            blocking("fetching committed offsets", move || {
-                consumer.committed_offsets(tpl, timeout)
-            })
+            blocking_guarded(
+                &self.context.failure,
+                &self.pump(),
+                "fetching committed offsets",
+                move || consumer.committed_offsets(tpl, timeout),
+            )
             .await?
         } else {
             // Another group: a short-lived consumer of that group.
@@ -554,7 +886,9 @@ impl ConsumerBackend for RdkafkaConsumer {
             tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
                 .map_err(|e| rd_err("assigning", e))?;
         }
-        consumer.assign(&tpl).map_err(|e| rd_err("assigning", e))
+        consumer.assign(&tpl).map_err(|e| rd_err("assigning", e))?;
+        self.assigned = true;
+        Ok(())
     }
 
     /// Cancel safe: records leave librdkafka only inside one synchronous
@@ -563,10 +897,15 @@ impl ConsumerBackend for RdkafkaConsumer {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
-        let consumer = self.consumer()?;
+        if self.queue.is_none() {
+            return Err(ConnectorError::CallOrder {
+                call: "rdkafka consumer backend",
+                problem: "before connect",
+            });
+        }
         let deadline = Instant::now() + timeout;
         loop {
-            let records = self.drain(&consumer);
+            let records = self.drain();
             if !records.is_empty() {
                 return Ok(records);
             }
@@ -584,11 +923,16 @@ impl ConsumerBackend for RdkafkaConsumer {
     }
 
     async fn close(&mut self) -> Result<()> {
+        let queue = self.queue.take();
         if let Some(consumer) = self.consumer.take() {
-            // Dropping the last reference closes the consumer, which blocks.
-            tokio::task::spawn_blocking(move || drop(consumer))
-                .await
-                .map_err(|e| join_err("closing the consumer", e))?;
+            // Dropping the last reference closes the consumer, which blocks
+            // (the queue handle goes first).
+            tokio::task::spawn_blocking(move || {
+                drop(queue);
+                drop(consumer)
+            })
+            .await
+            .map_err(|e| join_err("closing the consumer", e))?;
         }
         Ok(())
     }
@@ -620,17 +964,14 @@ fn producer_config(options: &SinkOptions) -> Result<RdConfig> {
     c.set("enable.idempotence", pc.idempotent.to_string());
     let codec = match pc.compression {
         Compression::None => "none",
+        Compression::Gzip => "gzip",
         Compression::Snappy => "snappy",
         Compression::Lz4 => "lz4",
+        Compression::Zstd => "zstd",
         other => {
             return Err(ConnectorError::UnsupportedProperty {
                 property: "compression".into(),
-                reason: format!(
-                    "{other:?} on backend 'rdkafka': this build's librdkafka has no {} (the rdkafka crate's `{}` \
-                     feature is not enabled); use none, snappy or lz4, or backend = 'native'",
-                    if other == Compression::Gzip { "zlib" } else { "zstd" },
-                    if other == Compression::Gzip { "libz" } else { "zstd" },
-                ),
+                reason: format!("{other:?} has no librdkafka codec"),
             })
         }
     };
@@ -647,14 +988,235 @@ fn producer_config(options: &SinkOptions) -> Result<RdConfig> {
     Ok(c)
 }
 
-/// [`ProducerBackend`] over librdkafka's `FutureProducer`.
-pub struct RdkafkaProducer<C: ClientContext + 'static = rdkafka::client::DefaultClientContext> {
+// The delivery path. librdkafka reports each record's delivery through the
+// producer context's `delivery` callback, on the `ThreadedProducer`'s poll
+// thread, with the opaque the record was queued with. The opaque is a plain
+// sequence number, and the outcome goes into one ring (`Ledger`) that the
+// record's `RdkafkaDelivery` reads: no boxed opaque, channel or future
+// allocation per record (the rdkafka crate's `FutureProducer` costs a
+// oneshot channel and a box per record).
+
+/// One record's delivery, as its handle will see it.
+enum Slot {
+    /// Queued in librdkafka; no report yet.
+    Pending,
+    /// Queued, its handle dropped: the report only frees the slot.
+    Unwatched,
+    Delivered(i32, i64),
+    Failed(Box<ConnectorError>),
+    /// The outcome was taken (or is not wanted): free once at the front.
+    Settled,
+}
+
+#[derive(Default)]
+struct LedgerState {
+    /// The sequence number of `slots[0]`.
+    base: usize,
+    /// One slot per record from the oldest one whose outcome is not taken
+    /// yet: the ring is as long as the span of outstanding handles.
+    slots: VecDeque<Slot>,
+    /// Handles waiting for their report (few: they are awaited in order).
+    waiting: Vec<(usize, Waker)>,
+}
+
+impl LedgerState {
+    fn slot(&mut self, seq: usize) -> Option<&mut Slot> {
+        let i = seq.checked_sub(self.base)?;
+        self.slots.get_mut(i)
+    }
+
+    fn trim(&mut self) {
+        while matches!(self.slots.front(), Some(Slot::Settled)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+    }
+
+    fn wake(&mut self, seq: usize) {
+        if let Some(i) = self.waiting.iter().position(|(s, _)| *s == seq) {
+            self.waiting.swap_remove(i).1.wake();
+        }
+    }
+}
+
+/// The outcomes of a producer's records by sequence number, shared by the
+/// producer context (which reports) and the delivery handles (which take).
+#[derive(Default)]
+struct Ledger(Mutex<LedgerState>);
+
+impl Ledger {
+    fn state(&self) -> std::sync::MutexGuard<'_, LedgerState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a record about to be queued.
+    fn reserve(&self) -> usize {
+        let mut st = self.state();
+        st.slots.push_back(Slot::Pending);
+        st.base + st.slots.len() - 1
+    }
+
+    /// A reserved record that was never queued.
+    fn release(&self, seq: usize) {
+        let mut st = self.state();
+        if let Some(slot) = st.slot(seq) {
+            *slot = Slot::Settled;
+        }
+        st.trim();
+    }
+
+    /// librdkafka's report for `seq`.
+    fn report(&self, seq: usize, outcome: DeliveryOutcome) {
+        let mut st = self.state();
+        let Some(slot) = st.slot(seq) else { return };
+        match slot {
+            Slot::Pending => {
+                *slot = match outcome {
+                    Ok((p, o)) => Slot::Delivered(p, o),
+                    Err(e) => Slot::Failed(Box::new(e)),
+                };
+                st.wake(seq);
+            }
+            Slot::Unwatched => {
+                *slot = Slot::Settled;
+                st.trim();
+            }
+            _ => {}
+        }
+    }
+
+    /// Fails every record still without a report (the producer is gone:
+    /// no report will come).
+    fn fail_pending(&self, why: &str) {
+        let mut st = self.state();
+        for slot in st.slots.iter_mut() {
+            match slot {
+                Slot::Pending => {
+                    *slot = Slot::Failed(Box::new(ConnectorError::Rdkafka {
+                        operation: "delivery".into(),
+                        message: why.to_owned(),
+                    }))
+                }
+                Slot::Unwatched => *slot = Slot::Settled,
+                _ => {}
+            }
+        }
+        for (_, w) in std::mem::take(&mut st.waiting) {
+            w.wake();
+        }
+        st.trim();
+    }
+
+    fn poll(&self, seq: usize, cx: &mut std::task::Context<'_>) -> std::task::Poll<DeliveryOutcome> {
+        let mut st = self.state();
+        let Some(slot) = st.slot(seq) else {
+            return std::task::Poll::Ready(Err(ConnectorError::Rdkafka {
+                operation: "delivery".into(),
+                message: "the delivery outcome was already taken".into(),
+            }));
+        };
+        let outcome = match std::mem::replace(slot, Slot::Settled) {
+            Slot::Delivered(p, o) => Ok((p, o)),
+            Slot::Failed(e) => Err(*e),
+            other => {
+                *slot = other;
+                match st.waiting.iter_mut().find(|(s, _)| *s == seq) {
+                    Some((_, w)) => w.clone_from(cx.waker()),
+                    None => st.waiting.push((seq, cx.waker().clone())),
+                }
+                return std::task::Poll::Pending;
+            }
+        };
+        st.trim();
+        std::task::Poll::Ready(outcome)
+    }
+
+    /// A handle dropped: its record's report is no longer wanted.
+    fn forget(&self, seq: usize) {
+        let mut st = self.state();
+        if let Some(slot) = st.slot(seq) {
+            *slot = match slot {
+                Slot::Pending | Slot::Unwatched => Slot::Unwatched,
+                _ => Slot::Settled,
+            };
+        }
+        st.waiting.retain(|(s, _)| *s != seq);
+        st.trim();
+    }
+}
+
+/// The producers' librdkafka context, one type for every job: delivery
+/// reports into the [`Ledger`]; librdkafka's logs to `tracing` and the last
+/// authentication or TLS failure kept (as the consumer's
+/// [`FailureContext`]); for the transactional producer also the identity
+/// from the statistics ticks (the only place librdkafka exposes it; the
+/// plain producer sets no `statistics.interval.ms` and gets none).
+#[derive(Clone, Default)]
+pub struct ProducerReports {
+    ledger: Arc<Ledger>,
+    cell: Arc<IdentityCell>,
+    failure: Arc<SecurityFailure>,
+}
+
+impl ClientContext for ProducerReports {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        on_log(&self.failure, level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        on_error(&self.failure, &error, reason);
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        let parsed: Option<(i64, i16, bool)> =
+            serde_json::from_slice::<serde_json::Value>(statistics)
+                .ok()
+                .and_then(|v| {
+                    let eos = v.get("eos")?;
+                    Some((
+                        eos.get("producer_id")?.as_i64()?,
+                        i16::try_from(eos.get("producer_epoch")?.as_i64()?).ok()?,
+                        eos.get("idemp_state")?.as_str()? == "Assigned",
+                    ))
+                });
+        let identity = match parsed {
+            Some((pid, epoch, true)) if pid >= 0 && epoch >= 0 => Some((pid, epoch)),
+            _ => None,
+        };
+        *self.cell.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity;
+        self.cell.ticks.fetch_add(1, Ordering::AcqRel);
+        self.cell.tick.notify_waiters();
+    }
+}
+
+impl ProducerContext for ProducerReports {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
+        let outcome = match result {
+            Ok(m) => Ok((m.partition(), m.offset())),
+            Err((e, _)) => Err(rd_err("delivery", e.clone())),
+        };
+        self.ledger.report(seq, outcome);
+    }
+}
+
+/// The librdkafka producer the backends drive: a `BaseProducer` whose
+/// delivery reports a dedicated thread serves (`ThreadedProducer`).
+type RdProducer = ThreadedProducer<ProducerReports>;
+
+/// [`ProducerBackend`] over librdkafka's `ThreadedProducer`, with delivery
+/// reports into a [`Ledger`] (see [`RdkafkaDelivery`]).
+pub struct RdkafkaProducer {
     config: RdConfig,
-    producer: Option<FutureProducer<C>>,
+    producer: Option<Arc<RdProducer>>,
+    /// The producer's context (kept across `init_transactions`): the
+    /// ledger, the identity and the last security failure.
+    reports: ProducerReports,
     partitions: PartitionCounts,
 }
 
-impl<C: ClientContext + 'static> std::fmt::Debug for RdkafkaProducer<C> {
+impl std::fmt::Debug for RdkafkaProducer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdkafkaProducer")
             .field("connected", &self.producer.is_some())
@@ -668,37 +1230,186 @@ impl RdkafkaProducer {
     pub fn new(options: &SinkOptions) -> Result<Self> {
         let config = producer_config(options)?;
         validate(&config)?;
-        Ok(RdkafkaProducer {
+        Ok(RdkafkaProducer::with_config(config))
+    }
+
+    fn with_config(config: RdConfig) -> Self {
+        RdkafkaProducer {
             config,
             producer: None,
+            reports: ProducerReports::default(),
             partitions: PartitionCounts::default(),
-        })
+        }
     }
-}
 
-impl<C: ClientContext + 'static> RdkafkaProducer<C> {
-    fn producer(&self) -> Result<&FutureProducer<C>> {
+    fn producer(&self) -> Result<&Arc<RdProducer>> {
         self.producer.as_ref().ok_or(ConnectorError::CallOrder {
             call: "rdkafka producer backend",
             problem: "before connect",
         })
     }
+
+    /// Queues one record; waits (asynchronously) while librdkafka's queue
+    /// is full. The caller bounds the wait (`produce_timeout`).
+    async fn send_record(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
+        let producer = self.producer()?;
+        if let Some(p) = partition {
+            check_partition(
+                producer,
+                &self.reports.failure,
+                &self.partitions,
+                topic,
+                p,
+                Duration::from_secs(30),
+            )
+            .await?;
+        }
+        let ledger = &self.reports.ledger;
+        let seq = ledger.reserve();
+        // Releases the slot unless the record was queued.
+        let mut reserved = Reserved { ledger, seq: Some(seq) };
+        let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, seq);
+        if let Some(k) = message.key.as_deref() {
+            record = record.key(k);
+        }
+        if let Some(p) = message.payload.as_deref() {
+            record = record.payload(p);
+        }
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        if message.timestamp >= 0 {
+            record = record.timestamp(message.timestamp);
+        }
+        // librdkafka allocates a header list: only for records that have headers.
+        if !message.headers.is_empty() {
+            let mut headers = OwnedHeaders::new_with_capacity(message.headers.len());
+            for h in &message.headers {
+                headers = headers.insert(rdkafka::message::Header {
+                    key: &String::from_utf8_lossy(&h.key),
+                    value: h.value.as_deref(),
+                });
+            }
+            record = record.headers(headers);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => {
+                    reserved.seq = None;
+                    return Ok(RdkafkaDelivery {
+                        ledger: ledger.clone(),
+                        seq,
+                    });
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err((e, _)) => return Err(rd_err(format!("producing to {topic:?}"), e)),
+            }
+        }
+    }
+
+    async fn flush_producer(&self, timeout: Duration) -> Result<()> {
+        let p = self.producer()?.clone();
+        blocking("flushing", move || p.flush(timeout)).await
+    }
+
+    /// Flushes (bounded), then destroys the producer off the runtime;
+    /// records still without a report fail.
+    async fn close_producer(&mut self, flush: Option<Duration>) -> Result<()> {
+        let mut result = Ok(());
+        if let Some(p) = self.producer.take() {
+            result = blocking("closing the producer", move || {
+                let r = match flush {
+                    Some(timeout) => p.flush(timeout),
+                    None => Ok(()),
+                };
+                drop(p);
+                r
+            })
+            .await;
+        }
+        self.reports
+            .ledger
+            .fail_pending("the producer was closed before the delivery report");
+        result
+    }
 }
 
-/// A librdkafka delivery, as a [`DeliveryOutcome`].
-pub struct RdkafkaDelivery(rdkafka::producer::DeliveryFuture);
+/// Dropped without `close`: librdkafka purges what is still queued (its
+/// reports fail those records); a record left without a report fails too,
+/// so no delivery handle waits for ever.
+impl Drop for RdkafkaProducer {
+    fn drop(&mut self) {
+        drop(self.producer.take());
+        self.reports
+            .ledger
+            .fail_pending("the producer was dropped before the delivery report");
+    }
+}
+
+/// A reserved ledger slot, released on drop unless the record was queued
+/// (`seq` taken): a dropped or failed send leaves no slot behind.
+struct Reserved<'a> {
+    ledger: &'a Ledger,
+    seq: Option<usize>,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if let Some(seq) = self.seq {
+            self.ledger.release(seq);
+        }
+    }
+}
+
+impl ProducerBackend for RdkafkaProducer {
+    type Delivery = RdkafkaDelivery;
+
+    async fn connect(&mut self) -> Result<()> {
+        if self.producer.is_none() {
+            let p: RdProducer = self
+                .config
+                .create_with_context(self.reports.clone())
+                .map_err(|e| rd_err("creating the producer", e))?;
+            self.producer = Some(Arc::new(p));
+        }
+        Ok(())
+    }
+
+    /// Cancel safe only between records: a dropped future may have queued
+    /// its record (whose delivery is then not observed).
+    async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
+        self.send_record(topic, partition, message).await
+    }
+
+    async fn flush(&self, timeout: Duration) -> Result<()> {
+        self.flush_producer(timeout).await
+    }
+
+    async fn close(&mut self, timeout: Duration) -> Result<()> {
+        self.close_producer(Some(timeout)).await
+    }
+}
+
+/// A librdkafka delivery, as a [`DeliveryOutcome`]: a sequence number into
+/// its producer's ledger. Dropping it does not affect the delivery.
+pub struct RdkafkaDelivery {
+    ledger: Arc<Ledger>,
+    seq: usize,
+}
 
 impl Future for RdkafkaDelivery {
     type Output = DeliveryOutcome;
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<DeliveryOutcome> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|r| match r {
-            Ok(Ok(d)) => Ok((d.partition, d.offset)),
-            Ok(Err((e, _))) => Err(rd_err("delivery", e)),
-            Err(_) => Err(ConnectorError::Rdkafka {
-                operation: "delivery".into(),
-                message: "the producer was dropped before the delivery report".into(),
-            }),
-        })
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<DeliveryOutcome> {
+        self.ledger.poll(self.seq, cx)
+    }
+}
+
+impl Drop for RdkafkaDelivery {
+    fn drop(&mut self) {
+        self.ledger.forget(self.seq);
     }
 }
 
@@ -708,8 +1419,9 @@ struct PartitionCounts(Mutex<BTreeMap<String, i32>>);
 
 /// An explicit partition must exist, as the native producer checks against
 /// its metadata (librdkafka would queue the record until it times out).
-async fn check_partition<C: ClientContext + 'static>(
-    producer: &FutureProducer<C>,
+async fn check_partition(
+    producer: &Arc<RdProducer>,
+    failure: &SecurityFailure,
     counts: &PartitionCounts,
     topic: &str,
     partition: i32,
@@ -720,8 +1432,8 @@ async fn check_partition<C: ClientContext + 'static>(
         return Ok(());
     }
     let (p, t) = (producer.clone(), topic.to_owned());
-    let n = blocking_retried("fetching metadata", bound, move || {
-        let md = p.client().fetch_metadata(Some(&t), bound)?;
+    let n = blocking_retried(failure, &|| {}, "fetching metadata", bound, move || {
+        let md = p.client().fetch_metadata(Some(&t), bound.min(LOOKUP_ATTEMPT))?;
         match md.topics().iter().find(|m| m.name() == t) {
             Some(m) if m.error().is_none() => Ok(m.partitions().len() as i32),
             Some(m) => Err(KafkaError::MetadataFetch(
@@ -747,91 +1459,6 @@ async fn check_partition<C: ClientContext + 'static>(
     Ok(())
 }
 
-/// Queues one record; waits (asynchronously) while librdkafka's queue is
-/// full. The caller bounds the wait (`produce_timeout`).
-async fn send_record<C: ClientContext + 'static>(
-    producer: &FutureProducer<C>,
-    counts: &PartitionCounts,
-    topic: &str,
-    partition: Option<i32>,
-    message: KafkaMessage,
-) -> Result<RdkafkaDelivery> {
-    if let Some(p) = partition {
-        check_partition(producer, counts, topic, p, Duration::from_secs(30)).await?;
-    }
-    let mut headers = OwnedHeaders::new_with_capacity(message.headers.len());
-    for h in &message.headers {
-        headers = headers.insert(rdkafka::message::Header {
-            key: &String::from_utf8_lossy(&h.key),
-            value: h.value.as_deref(),
-        });
-    }
-    let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic);
-    if let Some(k) = message.key.as_deref() {
-        record = record.key(k);
-    }
-    if let Some(p) = message.payload.as_deref() {
-        record = record.payload(p);
-    }
-    if let Some(p) = partition {
-        record = record.partition(p);
-    }
-    if message.timestamp >= 0 {
-        record = record.timestamp(message.timestamp);
-    }
-    if !message.headers.is_empty() {
-        record = record.headers(headers);
-    }
-    loop {
-        match producer.send_result(record) {
-            Ok(delivery) => return Ok(RdkafkaDelivery(delivery)),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                record = r;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            Err((e, _)) => return Err(rd_err(format!("producing to {topic:?}"), e)),
-        }
-    }
-}
-
-impl<C: ClientContext + Default + 'static> ProducerBackend for RdkafkaProducer<C> {
-    type Delivery = RdkafkaDelivery;
-
-    async fn connect(&mut self) -> Result<()> {
-        if self.producer.is_none() {
-            let p = self
-                .config
-                .create_with_context(C::default())
-                .map_err(|e| rd_err("creating the producer", e))?;
-            self.producer = Some(p);
-        }
-        Ok(())
-    }
-
-    /// Cancel safe only between records: a dropped future may have queued
-    /// its record (whose delivery is then not observed).
-    async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
-        send_record(self.producer()?, &self.partitions, topic, partition, message).await
-    }
-
-    async fn flush(&self, timeout: Duration) -> Result<()> {
-        let p = self.producer()?.clone();
-        blocking("flushing", move || p.flush(timeout)).await
-    }
-
-    async fn close(&mut self, timeout: Duration) -> Result<()> {
-        if let Some(p) = self.producer.take() {
-            blocking("closing the producer", move || {
-                let r = p.flush(timeout);
-                drop(p);
-                r
-            })
-            .await?;
-        }
-        Ok(())
-    }
-}
-
 /// What librdkafka's statistics said about the producer identity.
 #[derive(Default)]
 struct IdentityCell {
@@ -839,36 +1466,6 @@ struct IdentityCell {
     identity: Mutex<Option<(i64, i16)>>,
     ticks: AtomicU64,
     tick: Notify,
-}
-
-/// The transactional producer's context: reads the identity out of each
-/// statistics tick (the only place librdkafka exposes it).
-#[derive(Clone, Default)]
-pub struct IdentityContext {
-    cell: Arc<IdentityCell>,
-}
-
-impl ClientContext for IdentityContext {
-    fn stats_raw(&self, statistics: &[u8]) {
-        let parsed: Option<(i64, i16, bool)> =
-            serde_json::from_slice::<serde_json::Value>(statistics)
-                .ok()
-                .and_then(|v| {
-                    let eos = v.get("eos")?;
-                    Some((
-                        eos.get("producer_id")?.as_i64()?,
-                        i16::try_from(eos.get("producer_epoch")?.as_i64()?).ok()?,
-                        eos.get("idemp_state")?.as_str()? == "Assigned",
-                    ))
-                });
-        let identity = match parsed {
-            Some((pid, epoch, true)) if pid >= 0 && epoch >= 0 => Some((pid, epoch)),
-            _ => None,
-        };
-        *self.cell.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity;
-        self.cell.ticks.fetch_add(1, Ordering::AcqRel);
-        self.cell.tick.notify_waiters();
-    }
 }
 
 /// How often librdkafka emits statistics for the transactional producer.
@@ -879,8 +1476,7 @@ const IDENTITY_WAIT: Duration = Duration::from_secs(5);
 /// [`TransactionalProducerBackend`] over librdkafka (`transactional.id`).
 pub struct RdkafkaTransactionalProducer {
     options_config: RdConfig,
-    inner: RdkafkaProducer<IdentityContext>,
-    context: IdentityContext,
+    inner: RdkafkaProducer,
     transactional_id: Option<String>,
     /// False between an abort and the next fresh statistics tick.
     identity_fresh: bool,
@@ -906,18 +1502,13 @@ impl RdkafkaTransactionalProducer {
         validate(&config)?;
         Ok(RdkafkaTransactionalProducer {
             options_config: config.clone(),
-            inner: RdkafkaProducer {
-                config,
-                producer: None,
-                partitions: PartitionCounts::default(),
-            },
-            context: IdentityContext::default(),
+            inner: RdkafkaProducer::with_config(config),
             transactional_id: None,
             identity_fresh: false,
         })
     }
 
-    fn producer(&self) -> Result<FutureProducer<IdentityContext>> {
+    fn producer(&self) -> Result<Arc<RdProducer>> {
         self.inner.producer.clone().ok_or(ConnectorError::CallOrder {
             call: "rdkafka transactional producer backend",
             problem: "before init_transactions",
@@ -927,7 +1518,7 @@ impl RdkafkaTransactionalProducer {
     /// Waits (bounded) for a statistics tick later than `after` that
     /// carries an assigned identity.
     async fn fresh_identity(&self, after: u64) -> Result<(i64, i16)> {
-        let cell = &self.context.cell;
+        let cell = &self.inner.reports.cell;
         let deadline = Instant::now() + IDENTITY_WAIT;
         loop {
             let notified = cell.tick.notified();
@@ -960,32 +1551,21 @@ impl ProducerBackend for RdkafkaTransactionalProducer {
         Ok(())
     }
 
+    /// Cancel safe only between records, as [`RdkafkaProducer::send`].
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
-        send_record(
-            self.inner.producer()?,
-            &self.inner.partitions,
-            topic,
-            partition,
-            message,
-        )
-        .await
+        self.inner.send_record(topic, partition, message).await
     }
 
     async fn flush(&self, timeout: Duration) -> Result<()> {
-        self.inner.flush(timeout).await
+        self.inner.flush_producer(timeout).await
     }
 
     /// Aborts an open transaction (the open tail) by closing: librdkafka
     /// aborts what is open when the producer is destroyed.
     async fn close(&mut self, timeout: Duration) -> Result<()> {
-        if let Some(p) = self.inner.producer.take() {
-            tokio::task::spawn_blocking(move || drop(p))
-                .await
-                .map_err(|e| join_err("closing the transactional producer", e))?;
-        }
         let _ = timeout;
         self.identity_fresh = false;
-        Ok(())
+        self.inner.close_producer(None).await
     }
 }
 
@@ -1005,13 +1585,19 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
             .map(Duration::from_millis)
             .unwrap_or(transaction_timeout);
         config.set("message.timeout.ms", ms(delivery.min(transaction_timeout)));
-        let producer: FutureProducer<IdentityContext> = config
-            .create_with_context(self.context.clone())
+        // A producer of an earlier init is destroyed first (off the runtime).
+        self.inner.close_producer(None).await?;
+        let producer: RdProducer = config
+            .create_with_context(self.inner.reports.clone())
             .map_err(|e| rd_err("creating the transactional producer", e))?;
+        let producer = Arc::new(producer);
         let p = producer.clone();
         let timeout = transaction_timeout;
-        blocking("init_transactions", move || p.init_transactions(timeout)).await?;
-        let after = self.context.cell.ticks.load(Ordering::Acquire);
+        blocking_guarded(&self.inner.reports.failure, &|| {}, "init_transactions", move || {
+            p.init_transactions(timeout)
+        })
+        .await?;
+        let after = self.inner.reports.cell.ticks.load(Ordering::Acquire);
         self.inner.producer = Some(producer);
         self.transactional_id = Some(transactional_id.to_owned());
         self.fresh_identity(after).await?;
@@ -1047,7 +1633,7 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
         let p = self.producer()?;
         self.identity_fresh = false;
         blocking("abort_transaction", move || p.abort_transaction(timeout)).await?;
-        let after = self.context.cell.ticks.load(Ordering::Acquire);
+        let after = self.inner.reports.cell.ticks.load(Ordering::Acquire);
         self.fresh_identity(after).await?;
         self.identity_fresh = true;
         Ok(())
@@ -1056,7 +1642,13 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
     /// From the last statistics tick; `None` before `init_transactions`.
     fn identity(&self) -> Option<ResumeHandle> {
         let id = self.transactional_id.as_ref()?;
-        let (pid, epoch) = (*self.context.cell.identity.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let (pid, epoch) = (*self
+            .inner
+            .reports
+            .cell
+            .identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()))?;
         Some(ResumeHandle {
             transactional_id: id.clone(),
             producer_id: pid,
@@ -1072,7 +1664,7 @@ mod tests {
 
     #[test]
     fn identity_comes_from_the_statistics_json() {
-        let ctx = IdentityContext::default();
+        let ctx = ProducerReports::default();
         ctx.stats_raw(br#"{"eos":{"idemp_state":"WaitPID","producer_id":-1,"producer_epoch":-1}}"#);
         assert_eq!(*ctx.cell.identity.lock().unwrap(), None);
         ctx.stats_raw(br#"{"eos":{"idemp_state":"Assigned","producer_id":4001,"producer_epoch":3}}"#);
@@ -1084,6 +1676,72 @@ mod tests {
             "an unreadable tick forgets the identity"
         );
         assert_eq!(ctx.cell.ticks.load(Ordering::Acquire), 3);
+    }
+
+    fn poll_once(ledger: &Ledger, seq: usize) -> std::task::Poll<DeliveryOutcome> {
+        ledger.poll(seq, &mut std::task::Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn the_ledger_hands_each_outcome_to_its_record_and_frees_its_slots() {
+        let ledger = Ledger::default();
+        let seqs: Vec<usize> = (0..4).map(|_| ledger.reserve()).collect();
+        assert_eq!(seqs, [0, 1, 2, 3]);
+        // Reports arrive out of order (different partitions).
+        ledger.report(2, Ok((1, 7)));
+        ledger.report(0, Ok((0, 5)));
+        assert!(poll_once(&ledger, 1).is_pending());
+        assert_eq!(ledger.state().waiting.len(), 1, "the waiting handle is registered once");
+        assert!(poll_once(&ledger, 1).is_pending());
+        assert_eq!(ledger.state().waiting.len(), 1);
+        ledger.report(
+            1,
+            Err(ConnectorError::Rdkafka {
+                operation: "delivery".into(),
+                message: "MSG_TIMED_OUT".into(),
+            }),
+        );
+        assert!(ledger.state().waiting.is_empty(), "the report woke the waiting handle");
+        match poll_once(&ledger, 1) {
+            std::task::Poll::Ready(Err(e)) => assert!(e.to_string().contains("MSG_TIMED_OUT"), "{e}"),
+            other => panic!("record 1: {:?}", other.map(|r| r.map_err(|e| e.to_string()))),
+        }
+        assert!(matches!(poll_once(&ledger, 2), std::task::Poll::Ready(Ok((1, 7)))));
+        // Slot 0 is still unclaimed: nothing is freed before it.
+        assert_eq!(ledger.state().slots.len(), 4);
+        assert!(matches!(poll_once(&ledger, 0), std::task::Poll::Ready(Ok((0, 5)))));
+        assert_eq!(ledger.state().base, 3, "slots 0-2 freed once taken");
+        // A dropped handle's slot is freed by its report; a record that was
+        // never queued frees its slot at once.
+        ledger.forget(3);
+        let never_queued = ledger.reserve();
+        ledger.release(never_queued);
+        assert_eq!(ledger.state().slots.len(), 2);
+        ledger.report(3, Ok((0, 6)));
+        assert!(ledger.state().slots.is_empty());
+        assert_eq!(ledger.state().base, 5);
+        // A late report for a freed slot is ignored.
+        ledger.report(3, Ok((0, 6)));
+        assert!(ledger.state().slots.is_empty());
+    }
+
+    #[test]
+    fn records_without_a_report_fail_when_the_producer_is_gone() {
+        let ledger = Ledger::default();
+        let (a, b) = (ledger.reserve(), ledger.reserve());
+        ledger.report(a, Ok((0, 1)));
+        assert!(poll_once(&ledger, b).is_pending());
+        ledger.fail_pending("the producer was closed before the delivery report");
+        assert!(ledger.state().waiting.is_empty(), "waiters are woken");
+        assert!(
+            matches!(poll_once(&ledger, a), std::task::Poll::Ready(Ok((0, 1)))),
+            "a report that came stays"
+        );
+        match poll_once(&ledger, b) {
+            std::task::Poll::Ready(Err(e)) => assert!(e.to_string().contains("closed before"), "{e}"),
+            _ => panic!("record b must fail"),
+        }
+        assert!(ledger.state().slots.is_empty());
     }
 
     #[tokio::test]

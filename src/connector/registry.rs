@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::error::{closest, ConnectorError, Result};
@@ -29,12 +30,16 @@ use super::sink::TextKafkaSink;
 use super::source::TextKafkaSource;
 use super::{Sink, Source};
 
-/// What a builder reads: string parameters plus where the operator sits.
+/// What a builder reads: string parameters plus where the operator sits
+/// and, for a checkpointed job, the engine's checkpoint directory and job id
+/// (a 2PC sink keeps its receipts under
+/// `<checkpoint_dir>/_jobs/<job_id>/receipts`).
 #[derive(Clone)]
 pub struct BuildContext {
     params: BTreeMap<String, String>,
     subtask_index: u32,
     parallelism: u32,
+    checkpoint: Option<(PathBuf, String)>,
 }
 
 impl fmt::Debug for BuildContext {
@@ -57,6 +62,7 @@ impl fmt::Debug for BuildContext {
             .field("params", &Params(&self.params))
             .field("subtask_index", &self.subtask_index)
             .field("parallelism", &self.parallelism)
+            .field("checkpoint", &self.checkpoint)
             .finish()
     }
 }
@@ -75,7 +81,23 @@ impl BuildContext {
             params: params.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
             subtask_index: 0,
             parallelism: 1,
+            checkpoint: None,
         }
+    }
+
+    /// The engine's checkpoint directory and this job's id (one path
+    /// component: no `/`, not `.` or `..`; checked at build).
+    pub fn with_checkpoint(mut self, checkpoint_dir: impl Into<PathBuf>, job_id: impl Into<String>) -> Self {
+        self.checkpoint = Some((checkpoint_dir.into(), job_id.into()));
+        self
+    }
+
+    pub fn checkpoint_dir(&self) -> Option<&Path> {
+        self.checkpoint.as_ref().map(|(d, _)| d.as_path())
+    }
+
+    pub fn job_id(&self) -> Option<&str> {
+        self.checkpoint.as_ref().map(|(_, j)| j.as_str())
     }
 
     /// The same parameters for subtask `index` of `parallelism`.
@@ -256,24 +278,51 @@ fn build_text_source(ctx: &BuildContext) -> Result<Operator> {
 }
 
 fn build_message_sink(ctx: &BuildContext) -> Result<Operator> {
-    let o = options::parse_sink(FactoryKind::MessageSink, ctx.params())?;
+    let mut o = options::parse_sink(FactoryKind::MessageSink, ctx.params())?;
+    o.subtask_index = ctx.subtask_index();
     Ok(Operator::MessageSink(Box::new(selected::kafka_sink(o)?)))
 }
 
 fn build_text_sink(ctx: &BuildContext) -> Result<Operator> {
-    let o = options::parse_sink(FactoryKind::TextSink, ctx.params())?;
+    let mut o = options::parse_sink(FactoryKind::TextSink, ctx.params())?;
+    o.subtask_index = ctx.subtask_index();
     Ok(Operator::TextSink(Box::new(TextKafkaSink::new(selected::kafka_sink(
         o,
     )?))))
 }
 
 fn build_upsert_sink(ctx: &BuildContext) -> Result<Operator> {
-    let o = options::parse_upsert(ctx.params())?;
+    let mut o = options::parse_upsert(ctx.params())?;
+    o.sink.subtask_index = ctx.subtask_index();
     Ok(Operator::TextSink(Box::new(selected::upsert_sink(o)?)))
 }
 
 fn build_two_phase_commit_sink(ctx: &BuildContext) -> Result<Operator> {
-    let o = options::parse_two_phase_commit(ctx.params(), ctx.subtask_index(), ctx.parallelism())?;
+    let mut o = options::parse_two_phase_commit(ctx.params(), ctx.subtask_index(), ctx.parallelism())?;
+    if o.receipt_dir.is_none() {
+        match &ctx.checkpoint {
+            Some((dir, job_id)) => {
+                if job_id.is_empty() || job_id.contains(['/', '\\', '\0']) || job_id == "." || job_id == ".." {
+                    return Err(ConnectorError::invalid(
+                        "job_id",
+                        job_id.clone(),
+                        "one path component (the build context's job id names <checkpoint_dir>/_jobs/<job_id>)",
+                    ));
+                }
+                o.receipt_dir = Some(super::checkpoint::receipt_dir(dir, job_id));
+            }
+            None if o.receipts_in_memory => {}
+            None => {
+                return Err(ConnectorError::invalid(
+                    "receipt_dir",
+                    "(none)",
+                    "a directory for commit receipts: give the build context a checkpoint directory and job id \
+                     (receipts go to <checkpoint_dir>/_jobs/<job_id>/receipts), set receipt_dir, or opt in to \
+                     receipts lost with the process with receipts_in_memory = 'true'",
+                ));
+            }
+        }
+    }
     Ok(Operator::TextSink(Box::new(selected::two_phase_commit_sink(o)?)))
 }
 
@@ -332,8 +381,9 @@ mod tests {
         ));
         let e = r.build("kafka_2pc_sink_string", &BuildContext::default()).unwrap_err();
         assert!(matches!(e, ConnectorError::MissingOption { .. }), "{e}");
-        let ctx =
-            BuildContext::new([("brokers", "h:1"), ("topic", "t"), ("transactional_id", "tx")]).with_subtask(1, 2);
+        let ctx = BuildContext::new([("brokers", "h:1"), ("topic", "t"), ("transactional_id", "tx")])
+            .with_subtask(1, 2)
+            .with_checkpoint("/tmp/clink-ckpt", "job-1");
         let Operator::TextSink(sink) = r.build("kafka_2pc_sink_string", &ctx).unwrap() else {
             panic!("the 2PC sink is a text sink");
         };
@@ -344,6 +394,43 @@ mod tests {
         );
         assert_eq!(caps.delivery, super::super::DeliveryGuarantee::ExactlyOnce);
         assert!(install(&mut r).is_err(), "a second install is a duplicate");
+    }
+
+    #[test]
+    fn a_2pc_sink_needs_a_place_for_receipts_or_an_explicit_opt_in() {
+        let mut r = Registry::new();
+        install(&mut r).unwrap();
+        let params = [("brokers", "h:1"), ("topic", "t"), ("transactional_id", "tx")];
+        let e = r
+            .build("kafka_2pc_sink_string", &BuildContext::new(params))
+            .map(drop)
+            .unwrap_err();
+        assert_eq!(e.option(), Some("receipt_dir"), "{e}");
+        assert!(
+            e.to_string().contains("receipts_in_memory") && e.to_string().contains("_jobs/<job_id>/receipts"),
+            "{e}"
+        );
+        for bad in ["", "..", "a/b"] {
+            let e = r
+                .build(
+                    "kafka_2pc_sink_string",
+                    &BuildContext::new(params).with_checkpoint("/tmp/c", bad),
+                )
+                .map(drop)
+                .unwrap_err();
+            assert_eq!(e.option(), Some("job_id"), "{bad:?}: {e}");
+        }
+        let mut opted = BuildContext::new(params);
+        opted.set("receipts_in_memory", "true");
+        r.build("kafka_2pc_sink_string", &opted)
+            .expect("memory receipts by opt-in");
+        let mut own = BuildContext::new(params);
+        own.set("receipt_dir", "/tmp/elsewhere");
+        r.build("kafka_2pc_sink_string", &own).expect("receipt_dir alone");
+        let ctx = BuildContext::new(params).with_checkpoint("/tmp/c", "job-1");
+        assert!(format!("{ctx:?}").contains("job-1"));
+        r.build("kafka_2pc_sink_string", &ctx)
+            .expect("receipts under the checkpoint dir");
     }
 
     #[test]

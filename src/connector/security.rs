@@ -112,6 +112,7 @@ pub fn is_secret_option(key: &str) -> bool {
         || k.contains("secret")
         || k.contains("jaas")
         || k.contains("token")
+        || k.contains("user_info")
         || k.ends_with("key.pem")
 }
 
@@ -310,6 +311,198 @@ impl SecurityConfig {
     }
 }
 
+/// librdkafka properties of one client, in the order they are set. Debug
+/// prints every secret (`sasl.password`, `ssl.key.password`) as `***`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct LibrdkafkaProperties(pub Vec<(&'static str, String)>);
+
+impl std::fmt::Debug for LibrdkafkaProperties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in &self.0 {
+            if is_secret_option(k) {
+                m.entry(k, &"***");
+            } else {
+                m.entry(k, v);
+            }
+        }
+        m.finish()
+    }
+}
+
+impl LibrdkafkaProperties {
+    /// The value set for `property`, if any.
+    pub fn get(&self, property: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| *k == property).map(|(_, v)| v.as_str())
+    }
+
+    fn set(&mut self, property: &'static str, value: impl Into<String>) {
+        self.0.push((property, value.into()));
+    }
+}
+
+/// A path as a librdkafka property value (a C string: UTF-8 without NUL).
+fn path_value(option: &str, path: &std::path::Path) -> Result<String> {
+    match path.to_str() {
+        Some(s) if !s.is_empty() && !s.contains('\0') => Ok(s.to_owned()),
+        _ => Err(ConnectorError::invalid(
+            option,
+            path.to_string_lossy().into_owned(),
+            "a non-empty UTF-8 file path (librdkafka takes paths as C strings)",
+        )),
+    }
+}
+
+impl SecurityConfig {
+    /// The same settings as librdkafka properties (the `rdkafka` backend):
+    /// - `security.protocol`;
+    /// - SASL: `sasl.mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: all
+    ///   builtin in librdkafka once it links OpenSSL), `sasl.username`,
+    ///   `sasl.password`;
+    /// - TLS: `ssl.ca.location` when a CA file is given; without one,
+    ///   nothing, so librdkafka loads the linked OpenSSL's default verify
+    ///   paths: the system trust store (Debian's `ca-certificates` under
+    ///   `/etc/ssl/certs`), where the native client uses the Mozilla roots
+    ///   of `webpki-roots` (both Mozilla's list; a named difference);
+    ///   `ssl.certificate.location` + `ssl.key.location` (+
+    ///   `ssl.key.password`) for mTLS;
+    ///   `ssl.endpoint.identification.algorithm` always set (`https`
+    ///   unless hostname verification was switched off: `none`);
+    ///   `enable.ssl.certificate.verification` always set (`false` only for
+    ///   an explicit skip-verify, which warns as natively).
+    ///
+    /// Refused, naming the setting: a `server_name` override (librdkafka
+    /// verifies and sends as SNI each broker's own host name and has no
+    /// property to change it).
+    pub fn librdkafka_properties(&self) -> Result<LibrdkafkaProperties> {
+        let mut p = LibrdkafkaProperties::default();
+        p.set("security.protocol", option_name(self.protocol));
+        if let Some(sasl) = &self.sasl {
+            if !self.protocol.uses_sasl() {
+                return Err(ConnectorError::ConflictingOptions {
+                    message: format!(
+                        "SASL credentials with security_protocol '{}': they would never be presented",
+                        option_name(self.protocol)
+                    ),
+                });
+            }
+            p.set("sasl.mechanism", sasl.mechanism.name());
+            p.set("sasl.username", sasl.username.clone());
+            p.set("sasl.password", sasl.password.expose());
+        } else if self.protocol.uses_sasl() {
+            return Err(ConnectorError::MissingOption {
+                option: "sasl_mechanism",
+                factory: "a SASL security_protocol",
+            });
+        }
+        if self.protocol.uses_tls() {
+            let default = TlsConfig::default();
+            let tls = self.tls.as_ref().unwrap_or(&default);
+            if let Some(name) = &tls.server_name {
+                return Err(ConnectorError::UnsupportedProperty {
+                    property: "server_name".into(),
+                    reason: format!(
+                        "a TLS server name override ({name:?}) on backend 'rdkafka': librdkafka verifies and \
+                         sends (SNI) each broker's own host name and has no property to change it; use backend = \
+                         'native'"
+                    ),
+                });
+            }
+            if let Some(ca) = &tls.ca_file {
+                p.set("ssl.ca.location", path_value("ssl_ca_location", ca)?);
+            }
+            match (&tls.cert_file, &tls.key_file) {
+                (Some(cert), Some(key)) => {
+                    p.set(
+                        "ssl.certificate.location",
+                        path_value("ssl_certificate_location", cert)?,
+                    );
+                    p.set("ssl.key.location", path_value("ssl_key_location", key)?);
+                    if let Some(pw) = &tls.key_password {
+                        p.set("ssl.key.password", pw.expose());
+                    }
+                }
+                (None, None) if tls.key_password.is_some() => {
+                    return Err(ConnectorError::ConflictingOptions {
+                        message: "ssl_key_password is set without ssl_key_location".into(),
+                    })
+                }
+                (None, None) => {}
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(ConnectorError::ConflictingOptions {
+                        message: "ssl_certificate_location and ssl_key_location go together (mTLS needs both)".into(),
+                    })
+                }
+            }
+            p.set(
+                "ssl.endpoint.identification.algorithm",
+                if tls.hostname_verification { "https" } else { "none" },
+            );
+            p.set(
+                "enable.ssl.certificate.verification",
+                if tls.insecure_skip_verify { "false" } else { "true" },
+            );
+        } else if self
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.ca_file.is_some() || t.cert_file.is_some())
+        {
+            return Err(ConnectorError::ConflictingOptions {
+                message: format!(
+                    "TLS material with security_protocol '{}': a plaintext transport never uses it",
+                    option_name(self.protocol)
+                ),
+            });
+        }
+        Ok(p)
+    }
+}
+
+/// Why a `kafka.<property>` that reaches librdkafka verbatim (the
+/// `rdkafka` backend) is refused for security, or `None`. The typed
+/// options own the security settings; these would weaken them, or run
+/// code that could rewrite them after the checks:
+/// - an alias of a typed security setting set behind its back (the
+///   options parser maps those onto the alias, so only a programmatic
+///   passthrough reaches here);
+/// - cipher, curve and signature-algorithm lists, and OpenSSL providers
+///   and engines: they can admit algorithms below OpenSSL's default policy
+///   (the native client keeps rustls's fixed strong set);
+/// - `plugin.library.paths`: loads C code (interceptors) that can change
+///   the configuration after these checks;
+/// - Kerberos (`sasl.kerberos.*`, whose `kinit.cmd` runs a shell command)
+///   and OAUTHBEARER settings: mechanisms neither backend supports.
+pub fn librdkafka_passthrough_refusal(property: &str) -> Option<String> {
+    if let Some(alias) = alias_of_property(property) {
+        return Some(format!(
+            "a security setting: set it through the typed option {alias} (or the option parser's \
+             kafka.{property}), which runs the weak-configuration checks"
+        ));
+    }
+    match property {
+        "ssl.cipher.suites"
+        | "ssl.curves.list"
+        | "ssl.sigalgs.list"
+        | "ssl.providers"
+        | "ssl.engine.id"
+        | "ssl.engine.location" => Some(
+            "could admit TLS algorithms below OpenSSL's default policy (the native client keeps rustls's fixed \
+             strong set); the rdkafka backend keeps OpenSSL's defaults"
+                .into(),
+        ),
+        "plugin.library.paths" => {
+            Some("loads C plugins that can rewrite the configuration after the security checks".into())
+        }
+        p if p.starts_with("sasl.kerberos.")
+            || p.starts_with("sasl.oauthbearer")
+            || p == "enable.sasl.oauthbearer.unsecure.jwt" =>
+        {
+            Some("SASL mechanisms other than PLAIN and SCRAM are not supported on either backend".into())
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,6 +578,116 @@ mod tests {
         assert!(!config.tls.hostname_verification);
         assert!(!config.tls.insecure_skip_verify);
         assert!(!format!("{config:?}").contains("key-secret"));
+    }
+
+    #[test]
+    fn librdkafka_properties_map_every_security_setting() {
+        let plain = inputs(&[]).resolve().unwrap().librdkafka_properties().unwrap();
+        assert_eq!(plain.0, vec![("security.protocol", "plaintext".to_owned())]);
+
+        let scram = inputs(&[
+            ("security_protocol", "SASL_SSL"),
+            ("sasl_mechanism", "scram-sha-256"),
+            ("sasl_username", "alice"),
+            ("sasl_password", "canary-pw"),
+            ("ssl_ca_location", "/ca.pem"),
+        ])
+        .resolve()
+        .unwrap()
+        .librdkafka_properties()
+        .unwrap();
+        assert_eq!(scram.get("security.protocol"), Some("sasl_ssl"));
+        assert_eq!(scram.get("sasl.mechanism"), Some("SCRAM-SHA-256"));
+        assert_eq!(scram.get("sasl.username"), Some("alice"));
+        assert_eq!(scram.get("sasl.password"), Some("canary-pw"));
+        assert_eq!(scram.get("ssl.ca.location"), Some("/ca.pem"));
+        // Verification is set explicitly, on, whatever librdkafka's default.
+        assert_eq!(scram.get("ssl.endpoint.identification.algorithm"), Some("https"));
+        assert_eq!(scram.get("enable.ssl.certificate.verification"), Some("true"));
+        assert_eq!(scram.get("ssl.certificate.location"), None);
+        assert!(!format!("{scram:?}").contains("canary-pw"), "{scram:?}");
+
+        let mtls = inputs(&[
+            ("security_protocol", "ssl"),
+            ("ssl_certificate_location", "/client.pem"),
+            ("ssl_key_location", "/client.key"),
+            ("ssl_key_password", "key-canary"),
+            ("ssl_endpoint_identification_algorithm", "none"),
+        ])
+        .resolve()
+        .unwrap()
+        .librdkafka_properties()
+        .unwrap();
+        assert_eq!(mtls.get("security.protocol"), Some("ssl"));
+        // No CA file: nothing, so librdkafka takes OpenSSL's default paths.
+        assert_eq!(mtls.get("ssl.ca.location"), None);
+        assert_eq!(mtls.get("ssl.certificate.location"), Some("/client.pem"));
+        assert_eq!(mtls.get("ssl.key.location"), Some("/client.key"));
+        assert_eq!(mtls.get("ssl.key.password"), Some("key-canary"));
+        assert_eq!(mtls.get("ssl.endpoint.identification.algorithm"), Some("none"));
+        assert_eq!(mtls.get("sasl.mechanism"), None);
+        assert!(!format!("{mtls:?}").contains("key-canary"), "{mtls:?}");
+
+        let skip = inputs(&[
+            ("security_protocol", "ssl"),
+            ("enable_ssl_certificate_verification", "false"),
+        ])
+        .resolve()
+        .unwrap()
+        .librdkafka_properties()
+        .unwrap();
+        assert_eq!(skip.get("enable.ssl.certificate.verification"), Some("false"));
+    }
+
+    #[test]
+    fn librdkafka_properties_refuse_a_server_name_override_and_inconsistent_configs() {
+        let mut c = inputs(&[("security_protocol", "ssl")]).resolve().unwrap();
+        c.tls.as_mut().unwrap().server_name = Some("broker.example".into());
+        let e = c.librdkafka_properties().unwrap_err();
+        assert_eq!(e.option(), Some("server_name"), "{e}");
+        assert!(e.to_string().contains("backend = 'native'"), "{e}");
+        // Built programmatically, past the option checks: still refused.
+        let mut c = inputs(&[("security_protocol", "ssl")]).resolve().unwrap();
+        c.tls.as_mut().unwrap().cert_file = Some("/client.pem".into());
+        assert!(c.librdkafka_properties().is_err());
+        let c = SecurityConfig {
+            protocol: SecurityProtocol::SaslSsl,
+            sasl: None,
+            tls: None,
+        };
+        assert!(c.librdkafka_properties().is_err(), "SASL without credentials");
+        let mut c = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "PLAIN"),
+            ("sasl_username", "u"),
+            ("sasl_password", "pw"),
+        ])
+        .resolve()
+        .unwrap();
+        c.protocol = SecurityProtocol::Plaintext;
+        assert!(c.librdkafka_properties().is_err(), "credentials never presented");
+    }
+
+    #[test]
+    fn the_passthrough_refusals_name_why() {
+        for p in [
+            "ssl.cipher.suites",
+            "ssl.providers",
+            "ssl.engine.location",
+            "plugin.library.paths",
+            "sasl.kerberos.kinit.cmd",
+            "sasl.oauthbearer.config",
+            "enable.sasl.oauthbearer.unsecure.jwt",
+            // The typed settings, if a programmatic passthrough names them.
+            "security.protocol",
+            "sasl.mechanisms",
+            "enable.ssl.certificate.verification",
+        ] {
+            assert!(librdkafka_passthrough_refusal(p).is_some(), "{p}");
+        }
+        for p in ["ssl.crl.location", "ssl.keystore.location", "client.rack", "linger.ms"] {
+            assert_eq!(librdkafka_passthrough_refusal(p), None, "{p}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::backend::{NativeProducer, ProducerBackend};
 use super::error::{ConnectorError, Result};
+use super::format::ValueEncoder;
 use super::options::SinkOptions;
 use super::record::{KafkaMessage, Text};
 use super::{Batch, BoxFuture, Sink, SinkCapabilities, StateRow};
@@ -61,6 +62,8 @@ pub struct KafkaSink<B: ProducerBackend = NativeProducer> {
     backend: B,
     opened: bool,
     counters: Arc<SinkCounters>,
+    /// `delivered` / `delivery_errors` as series (`crate::metrics`).
+    series: crate::metrics::ConnectorSeries,
     /// One task per `on_data` batch, awaiting its acknowledgements.
     watchers: Vec<JoinHandle<()>>,
     /// `delivery_errors` when the last flush reported.
@@ -88,7 +91,13 @@ impl KafkaSink<NativeProducer> {
 
 impl<B: ProducerBackend> KafkaSink<B> {
     pub fn with_backend(options: SinkOptions, backend: B) -> Self {
+        let series = crate::metrics::ConnectorSeries::sink(
+            options.metric_prefix.as_deref(),
+            &options.topic,
+            options.subtask_index,
+        );
         KafkaSink {
+            series,
             options,
             backend,
             opened: false,
@@ -152,21 +161,27 @@ impl<B: ProducerBackend> KafkaSink<B> {
         self.counters.sent.fetch_add(deliveries.len() as u64, Ordering::Relaxed);
         if !deliveries.is_empty() {
             let counters = self.counters.clone();
+            let series = self.series.clone();
             self.watchers.push(tokio::spawn(async move {
                 let mut ok = 0u64;
                 for d in deliveries {
                     match d.await {
                         Ok(_) => ok += 1,
-                        Err(e) => counters.fail(&e),
+                        Err(e) => {
+                            counters.fail(&e);
+                            series.errors.increment(1);
+                        }
                     }
                 }
                 counters.delivered.fetch_add(ok, Ordering::Relaxed);
+                series.ok.increment(ok);
             }));
         }
         match failure {
             Some(e) => {
                 // Counted, and reported right here: not again at the next flush.
                 self.counters.delivery_errors.fetch_add(1, Ordering::Relaxed);
+                self.series.errors.increment(1);
                 self.errors_reported += 1;
                 Err(e)
             }
@@ -262,8 +277,25 @@ impl<B: ProducerBackend> Sink for KafkaSink<B> {
 }
 
 /// The string channel over [`KafkaSink`]: each text is a record's value.
+/// With `format = avro|…` each text is a JSON row, encoded and framed with
+/// the subject's schema id (resolved at `open`); a row that does not fit
+/// is refused, logged and counted ([`Self::refused_rows`]).
 pub struct TextKafkaSink<B: ProducerBackend = NativeProducer> {
     inner: KafkaSink<B>,
+    encoder: Option<ValueEncoder>,
+}
+
+/// Makes (once) and prepares the encoder a string sink's options ask for.
+pub(crate) async fn open_encoder(encoder: &mut Option<ValueEncoder>, options: &SinkOptions) -> Result<()> {
+    if encoder.is_none() {
+        if let Some(f) = &options.value_format {
+            *encoder = Some(ValueEncoder::new(f, &options.topic)?);
+        }
+    }
+    match encoder {
+        Some(e) => e.prepare().await,
+        None => Ok(()),
+    }
 }
 
 impl<B: ProducerBackend> fmt::Debug for TextKafkaSink<B> {
@@ -274,11 +306,34 @@ impl<B: ProducerBackend> fmt::Debug for TextKafkaSink<B> {
 
 impl<B: ProducerBackend> TextKafkaSink<B> {
     pub fn new(inner: KafkaSink<B>) -> Self {
-        TextKafkaSink { inner }
+        TextKafkaSink { inner, encoder: None }
     }
 
     pub fn inner(&self) -> &KafkaSink<B> {
         &self.inner
+    }
+
+    /// Rows refused because they do not fit the registry schema.
+    pub fn refused_rows(&self) -> u64 {
+        self.encoder.as_ref().map_or(0, ValueEncoder::refused)
+    }
+
+    /// The registry encoder, once opened with a registry format.
+    pub fn encoder(&self) -> Option<&ValueEncoder> {
+        self.encoder.as_ref()
+    }
+
+    async fn open_text(&mut self) -> Result<()> {
+        open_encoder(&mut self.encoder, &self.inner.options).await?;
+        self.inner.open_sink().await
+    }
+
+    async fn send_texts(&mut self, batch: Batch<Text>) -> Result<()> {
+        let mut batch: Vec<KafkaMessage> = batch.into_iter().map(|t| KafkaMessage::new(t.into_bytes())).collect();
+        if let Some(e) = &self.encoder {
+            e.encode_messages(&self.inner.options.topic, &mut batch);
+        }
+        self.inner.send_batch(batch).await
     }
 }
 
@@ -290,12 +345,11 @@ impl<B: ProducerBackend> Sink for TextKafkaSink<B> {
     }
 
     fn open(&mut self) -> BoxFuture<'_, Result<()>> {
-        self.inner.open()
+        Box::pin(self.open_text())
     }
 
     fn on_data(&mut self, batch: Batch<Text>) -> BoxFuture<'_, Result<()>> {
-        let batch = batch.into_iter().map(|t| KafkaMessage::new(t.into_bytes())).collect();
-        self.inner.on_data(batch)
+        Box::pin(self.send_texts(batch))
     }
 
     fn flush(&mut self) -> BoxFuture<'_, Result<()>> {

@@ -33,7 +33,8 @@ use tokio::time::Instant;
 
 use super::backend::{ConsumerBackend, NativeConsumer, Watermark};
 use super::error::{ConnectorError, Result};
-use super::options::{AutoOffsetReset, SourceOptions};
+use super::format::ValueDecoder;
+use super::options::{AutoOffsetReset, DecodeErrorPolicy, SourceOptions};
 use super::record::{KafkaMessage, Text};
 use super::{Batch, BoxFuture, Emitter, Source, StateRow};
 
@@ -123,6 +124,7 @@ pub struct SourceCounters {
     consume_errors: AtomicU64,
     batches: AtomicU64,
     null_payloads_skipped: AtomicU64,
+    decode_errors_skipped: AtomicU64,
 }
 
 impl SourceCounters {
@@ -141,6 +143,10 @@ impl SourceCounters {
     /// Null-valued records the string channel skipped (it carries text only).
     pub fn null_payloads_skipped(&self) -> u64 {
         self.null_payloads_skipped.load(Ordering::Relaxed)
+    }
+    /// Records the string channel skipped under `decode_error = skip`.
+    pub fn decode_errors_skipped(&self) -> u64 {
+        self.decode_errors_skipped.load(Ordering::Relaxed)
     }
 }
 
@@ -163,6 +169,8 @@ pub struct KafkaSource<B: ConsumerBackend = NativeConsumer> {
     next_discovery: Option<Instant>,
     assignments: u64,
     counters: Arc<SourceCounters>,
+    /// The same counts as series (`crate::metrics`), moved alongside.
+    series: crate::metrics::ConnectorSeries,
 }
 
 impl<B: ConsumerBackend> fmt::Debug for KafkaSource<B> {
@@ -188,7 +196,13 @@ impl KafkaSource<NativeConsumer> {
 impl<B: ConsumerBackend> KafkaSource<B> {
     /// A source over any backend.
     pub fn with_backend(options: SourceOptions, backend: B) -> Self {
+        let series = crate::metrics::ConnectorSeries::source(
+            options.metric_prefix.as_deref(),
+            &options.topic,
+            options.subtask_index,
+        );
         KafkaSource {
+            series,
             options,
             backend,
             opened: false,
@@ -386,6 +400,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         self.assigned = positions;
         self.origins = origins;
         self.assignments += 1;
+        self.series.assigned.set(self.assigned.len() as f64);
         let described: Vec<String> = list
             .iter()
             .map(|(p, o)| format!("{p}@{o}({})", self.origins[p]))
@@ -439,6 +454,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
             }
             Err(e) => {
                 self.counters.consume_errors.fetch_add(1, Ordering::Relaxed);
+                self.series.errors.increment(1);
                 let retriable = matches!(&e, ConnectorError::Client(c) if c.is_retriable());
                 if retriable {
                     tracing::warn!(topic = %self.options.topic, error = %e, "poll failed; retrying");
@@ -513,6 +529,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         }
         let n = batch.len();
         self.counters.consumed.fetch_add(n as u64, Ordering::Relaxed);
+        self.series.ok.increment(n as u64);
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         emitter.emit(batch);
         Ok(n)
@@ -554,10 +571,23 @@ impl<B: ConsumerBackend> Source for KafkaSource<B> {
 
 /// The string channel over [`KafkaSource`]: payloads as [`Text`]. The
 /// checkpoint hooks are the inner source's, so the string and SQL paths
-/// keep replay. A non-UTF-8 payload is an error naming where it is; a null
-/// value (no text to carry) is skipped and counted.
+/// keep replay. A null value (no text to carry) is skipped and counted.
+///
+/// A value that cannot become text — not UTF-8, or with `format = avro`
+/// not decodable (framing, schema id, registry, payload) — takes the
+/// `decode_error` path: `fail` stops with [`ConnectorError::NotText`] /
+/// [`ConnectorError::Undecodable`] naming topic, partition, offset and
+/// reason; `skip` logs the same at warn level, counts it
+/// ([`SourceCounters::decode_errors_skipped`]) and goes on. The skipped
+/// record's offset is behind the batch's positions, so the next snapshot
+/// resumes past it.
 pub struct TextKafkaSource<B: ConsumerBackend = NativeConsumer> {
     inner: KafkaSource<B>,
+    decoder: Option<ValueDecoder>,
+    /// A batch taken from the inner source whose schemas are being fetched:
+    /// kept here so a dropped `produce` future loses nothing, and so a
+    /// snapshot taken meanwhile resumes at its first record.
+    held: Option<Batch<KafkaMessage>>,
 }
 
 impl<B: ConsumerBackend> fmt::Debug for TextKafkaSource<B> {
@@ -567,38 +597,95 @@ impl<B: ConsumerBackend> fmt::Debug for TextKafkaSource<B> {
 }
 
 impl<B: ConsumerBackend> TextKafkaSource<B> {
+    /// The string channel; with `format = avro|…` in the options, values
+    /// are decoded through the registry (its client is made at `open`).
     pub fn new(inner: KafkaSource<B>) -> Self {
-        TextKafkaSource { inner }
+        TextKafkaSource {
+            inner,
+            decoder: None,
+            held: None,
+        }
+    }
+
+    async fn open_text(&mut self) -> Result<()> {
+        if self.decoder.is_none() {
+            if let Some(f) = &self.inner.options.value_format {
+                self.decoder = Some(ValueDecoder::new(f)?);
+            }
+        }
+        self.inner.open_source().await
     }
 
     pub fn inner(&self) -> &KafkaSource<B> {
         &self.inner
     }
 
+    /// The registry decoder, when a registry format is configured.
+    pub fn decoder(&self) -> Option<&ValueDecoder> {
+        self.decoder.as_ref()
+    }
+
+    /// Cancel safety: cancel safe. A batch taken from the inner source is
+    /// held in `self` while its schemas are fetched, and decoded and emitted
+    /// with no await in between.
     async fn produce_text(&mut self, emitter: &mut dyn Emitter<Text>) -> Result<usize> {
-        let mut got: Vec<Batch<KafkaMessage>> = Vec::with_capacity(1);
-        self.inner.produce_batch(&mut got).await?;
-        let Some(batch) = got.pop() else { return Ok(0) };
+        if self.held.is_none() {
+            let mut got: Vec<Batch<KafkaMessage>> = Vec::with_capacity(1);
+            self.inner.produce_batch(&mut got).await?;
+            let Some(batch) = got.pop() else { return Ok(0) };
+            self.held = Some(batch);
+        }
+        if let (Some(decoder), Some(batch)) = (self.decoder.as_mut(), self.held.as_ref()) {
+            decoder.prepare(batch.iter().filter_map(|m| m.payload.as_deref())).await;
+        }
+        let Some(batch) = self.held.take() else { return Ok(0) };
         let mut out = Vec::with_capacity(batch.len());
         let mut nulls = 0u64;
+        let mut skipped = 0u64;
         for m in batch {
             let Some(payload) = m.payload else {
                 nulls += 1;
                 continue;
             };
-            let text = Text::from_utf8(payload).map_err(|e| ConnectorError::NotText {
-                topic: self.inner.options.topic.clone(),
-                partition: m.partition,
-                offset: m.offset,
-                reason: e.to_string(),
-            })?;
-            out.push(text);
+            let decoded = match &self.decoder {
+                None => Text::from_utf8(payload).map_err(|e| ConnectorError::NotText {
+                    topic: self.inner.options.topic.clone(),
+                    partition: m.partition,
+                    offset: m.offset,
+                    reason: e.to_string(),
+                }),
+                Some(d) => d
+                    .decode(&payload)
+                    .map(Text::from)
+                    .map_err(|f| ConnectorError::Undecodable {
+                        topic: self.inner.options.topic.clone(),
+                        partition: m.partition,
+                        offset: m.offset,
+                        format: d.format().name(),
+                        reason: f.0,
+                    }),
+            };
+            match decoded {
+                Ok(text) => out.push(text),
+                Err(e) if self.inner.options.decode_error == DecodeErrorPolicy::Skip => {
+                    skipped += 1;
+                    tracing::warn!(
+                        topic = %self.inner.options.topic,
+                        partition = m.partition,
+                        offset = m.offset,
+                        error = %e,
+                        "decode_error = skip: skipped a record"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
         }
+        let counters = &self.inner.counters;
         if nulls > 0 {
-            self.inner
-                .counters
-                .null_payloads_skipped
-                .fetch_add(nulls, Ordering::Relaxed);
+            counters.null_payloads_skipped.fetch_add(nulls, Ordering::Relaxed);
+        }
+        if skipped > 0 {
+            counters.decode_errors_skipped.fetch_add(skipped, Ordering::Relaxed);
         }
         let n = out.len();
         if n > 0 {
@@ -606,17 +693,37 @@ impl<B: ConsumerBackend> TextKafkaSource<B> {
         }
         Ok(n)
     }
+
+    /// The inner source's rows, moved back to the first held record of a
+    /// partition when a batch is held mid-decode.
+    pub fn resume_rows(&self) -> Vec<ResumeRow> {
+        let mut rows = self.inner.resume_rows();
+        if let Some(held) = &self.held {
+            for r in &mut rows {
+                if let Some(first) = held
+                    .iter()
+                    .filter(|m| m.partition == r.partition)
+                    .map(|m| m.offset)
+                    .min()
+                {
+                    r.next_offset = r.next_offset.min(first);
+                }
+            }
+        }
+        rows
+    }
 }
 
 impl<B: ConsumerBackend> Source for TextKafkaSource<B> {
     type Item = Text;
 
     fn restore(&mut self, rows: &[StateRow]) -> Result<()> {
+        self.held = None;
         self.inner.restore_rows(rows)
     }
 
     fn open(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.inner.open_source())
+        Box::pin(self.open_text())
     }
 
     fn produce<'a>(&'a mut self, emitter: &'a mut dyn Emitter<Text>) -> BoxFuture<'a, Result<usize>> {
@@ -624,11 +731,21 @@ impl<B: ConsumerBackend> Source for TextKafkaSource<B> {
     }
 
     fn snapshot(&self) -> Vec<StateRow> {
-        self.inner.snapshot()
+        self.resume_rows().iter().map(ResumeRow::to_state).collect()
     }
 
     fn close(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.inner.close_source())
+        Box::pin(async move {
+            if let Some(held) = self.held.take() {
+                // Positions go back to the held records so a reopen reads them again.
+                for (p, first) in held.iter().map(|m| (m.partition, m.offset)) {
+                    if let Some(o) = self.inner.assigned.get_mut(&p) {
+                        *o = (*o).min(first);
+                    }
+                }
+            }
+            self.inner.close_source().await
+        })
     }
 }
 

@@ -226,12 +226,16 @@ const SINK_ONLY: &[&str] = &[
     "commit_group",
     "replay_suppression",
     "receipt_dir",
+    "receipts_in_memory",
     "acks",
     "compression",
     "linger_ms",
     "produce_timeout",
     "flush_timeout",
     "fixed_partition",
+    "schema_registry_subject",
+    "schema_registry_auto_register",
+    "schema_registry_value_schema",
 ];
 /// Source-side options a sink of the same table does not take.
 const SOURCE_ONLY: &[&str] = &[

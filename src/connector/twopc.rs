@@ -54,14 +54,28 @@
 //! the broker's commit acknowledgement and the next transaction's begin. It
 //! holds the handle committed; restoring the same handle finds it and
 //! counts the commit as done, even if a later fence or the transaction
-//! timeout erased the broker's record of it. Replay suppression arms at
-//! `open` when receipts newer than the restored checkpoint exist; this
-//! channel carries no event time, so an armed sink passes each record
-//! through with a loud log (the spec's rule for records it cannot judge).
-//! Not done: receipt pruning, horizon-based suppression (no event time or
-//! watermark reaches a sink through the engine traits yet), staging a
-//! queued segment's records into state (a restored checkpoint whose
-//! segment never reached Kafka is reported as an orphan).
+//! timeout erased the broker's record of it. A receipt carries the
+//! watermark horizon its sealing barrier saw ([`Sink::on_watermark`]; the
+//! staged row carries it too, so a receipt the walk materialises has it).
+//! Replay suppression ([`super::suppression`]) arms at `open` from the
+//! receipts newer than the restored checkpoint, and again at
+//! [`Sink::on_restore_point`] once the coordinator decided the restore
+//! point (a fallback decides below it): records at or below the highest
+//! receipted horizon are swallowed and counted
+//! ([`TwoPhaseCommitStats::records_suppressed`]), a record without event
+//! time (the string channel's, or a timestamp of -1) passes through with a
+//! loud log, and suppression retires once a watermark passes the horizon.
+//! `replay_suppression = false` never arms (the replay publishes again).
+//! Receipts and markers below the newest CONFIRMED checkpoint are pruned by
+//! the coordinator ([`super::checkpoint`]). Each restored checkpoint's
+//! outcome is reported through [`Sink::restore_verdicts`]; the walk never
+//! stops at an Unreachable answer (every later unreceipted handle is probed
+//! or marked before `open` fails). `receipt_dir` is given by the registry
+//! from the build context (`<checkpoint_dir>/_jobs/<job_id>/receipts`) and
+//! probed at `open`; without one the sink warns that receipts live in
+//! memory only. Not done: staging a queued segment's records into state (a
+//! restored checkpoint whose segment never reached Kafka is reported as an
+//! orphan).
 //!
 //! [KIP-98]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging
 //! [KIP-890]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-890%3A+Transactions+Server-Side+Defense
@@ -74,9 +88,12 @@ use std::time::Duration;
 
 use super::backend::{NativeTransactionalProducer, TransactionalProducerBackend};
 use super::error::{ConnectorError, Result};
+use super::format::ValueEncoder;
 use super::options::TwoPhaseCommitOptions;
 use super::record::{KafkaMessage, Text};
-use super::{Batch, BoxFuture, DeliveryGuarantee, Sink, SinkCapabilities, StateRow};
+use super::sink::open_encoder;
+use super::suppression::{event_time, Judgement, ReplaySuppression};
+use super::{Batch, BoxFuture, CheckpointVerdict, DeliveryGuarantee, RestoreVerdict, Sink, SinkCapabilities, StateRow};
 use crate::client::{Admin, Cluster, Decision, Resolver, ResumeHandle, TransactionState, Verdict};
 use clink_kafka_wire::KafkaCode;
 
@@ -97,17 +114,18 @@ pub enum SinkStep {
     AfterResolvedCommit,
 }
 
-static STEP_HOOK: std::sync::OnceLock<fn(SinkStep)> = std::sync::OnceLock::new();
+static STEP_HOOK: std::sync::OnceLock<fn(SinkStep, u32)> = std::sync::OnceLock::new();
 
 /// Installs the process-wide step hook (once; `false` if one was already
-/// installed). For fault injection only.
-pub fn set_step_hook(hook: fn(SinkStep)) -> bool {
+/// installed). It gets the step and the sink's subtask index. For fault
+/// injection only.
+pub fn set_step_hook(hook: fn(SinkStep, u32)) -> bool {
     STEP_HOOK.set(hook).is_ok()
 }
 
-fn step(at: SinkStep) {
+fn step(at: SinkStep, subtask: u32) {
     if let Some(hook) = STEP_HOOK.get() {
-        hook(at);
+        hook(at, subtask);
     }
 }
 
@@ -133,16 +151,23 @@ pub struct StagedCheckpoint {
     /// The prepared transaction's handle; `None` for a queued segment (its
     /// records were still app-side when the barrier passed).
     pub handle: Option<ResumeHandle>,
+    /// The watermark the sealing barrier saw (the receipt's horizon; a
+    /// receipt the restore walk materialises takes it from here). `None`:
+    /// no watermark had reached the sink.
+    pub horizon: Option<i64>,
 }
 
 impl StagedCheckpoint {
     /// The row: one printable line as value, `;`-separated (the handle's
     /// text has no `;`: its id is percent-encoded).
     pub fn to_row(&self) -> StateRow {
-        let state = match &self.handle {
+        let mut state = match &self.handle {
             Some(h) => format!("state=prepared;handle={h}"),
             None => "state=queued".to_owned(),
         };
+        if let Some(h) = self.horizon {
+            state.push_str(&format!(";horizon={h}"));
+        }
         StateRow {
             key: format!(
                 "{STATE_KEY_PREFIX}{}/{}",
@@ -179,7 +204,7 @@ impl StagedCheckpoint {
         if fields.next() != Some(STATE_VERSION) {
             return Err(bad(format!("the value does not start with {STATE_VERSION:?}")));
         }
-        let (mut checkpoint, mut records, mut state, mut handle) = (None, None, None, None);
+        let (mut checkpoint, mut records, mut state, mut handle, mut horizon) = (None, None, None, None, None);
         for field in fields {
             let (k, v) = field
                 .split_once('=')
@@ -188,6 +213,7 @@ impl StagedCheckpoint {
                 "checkpoint" => checkpoint = Some(v.parse::<u64>().map_err(|_| bad(format!("checkpoint {v:?}")))?),
                 "records" => records = Some(v.parse::<u64>().map_err(|_| bad(format!("records {v:?}")))?),
                 "state" => state = Some(v.to_owned()),
+                "horizon" => horizon = Some(v.parse::<i64>().map_err(|_| bad(format!("horizon {v:?}")))?),
                 "handle" => {
                     handle = Some(
                         v.parse::<ResumeHandle>()
@@ -222,6 +248,7 @@ impl StagedCheckpoint {
             checkpoint,
             records: records.ok_or_else(|| bad("no records= field".into()))?,
             handle,
+            horizon,
         }))
     }
 }
@@ -281,10 +308,19 @@ pub struct TwoPhaseCommitStats {
     pub resolved_over_the_wire: u64,
     /// Restored prepared transactions found receipted (no wire call).
     pub resolved_by_receipt: u64,
-    /// Whether replay suppression armed at `open`.
+    /// Whether replay suppression armed (at `open` or at
+    /// [`Sink::on_restore_point`]).
     pub replay_suppression_armed: bool,
+    /// The horizon it armed with (the highest receipted horizon above the
+    /// restore point).
+    pub suppression_horizon: Option<i64>,
+    /// Replayed records at or below the horizon, swallowed (published
+    /// already by a receipted commit).
+    pub records_suppressed: u64,
     /// Records an armed suppression passed through (no event time to judge).
     pub suppression_passed_through: u64,
+    /// Whether a watermark passed the horizon (suppression retired).
+    pub suppression_retired: bool,
     /// Unresolved markers described (read only) at `open`, before fencing.
     pub markers_consumed: u64,
     /// Of those, commits that had landed (now receipted).
@@ -296,8 +332,119 @@ pub struct TwoPhaseCommitStats {
 struct ReceiptStore {
     dir: Option<PathBuf>,
     subtask: u32,
-    /// Without a directory: checkpoint → receipted handle.
-    memory: BTreeMap<u64, String>,
+    /// Without a directory: checkpoint → receipt.
+    memory: BTreeMap<u64, Receipt>,
+}
+
+/// The most bytes a receipt or marker file may hold (refused above).
+pub const MAX_RECEIPT_FILE: u64 = 64 << 10;
+
+/// A commit receipt `sub<K>-<N>`: the handle whose commit of checkpoint `N`
+/// the broker acknowledged, and the watermark horizon its sealing barrier
+/// saw. One `key=value` line each; `horizon=` is absent when no watermark
+/// had reached the sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    pub checkpoint: u64,
+    /// The handle's text ([`ResumeHandle`]'s `Display`).
+    pub handle: String,
+    pub horizon: Option<i64>,
+}
+
+impl Receipt {
+    pub fn to_text(&self) -> String {
+        let mut text = format!("checkpoint={}\nhandle={}\n", self.checkpoint, self.handle);
+        if let Some(h) = self.horizon {
+            text.push_str(&format!("horizon={h}\n"));
+        }
+        text
+    }
+
+    /// Parses a receipt's text; the error says what is wrong.
+    pub fn parse(text: &str) -> std::result::Result<Receipt, String> {
+        let (mut checkpoint, mut handle, mut horizon) = (None, None, None);
+        for line in text.lines() {
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line {:?} is not key=value", line.chars().take(40).collect::<String>()))?;
+            if v.chars().any(char::is_control) {
+                return Err(format!(
+                    "a control character in {:?}",
+                    k.chars().take(40).collect::<String>()
+                ));
+            }
+            let dup = |what: &str| format!("{what}= twice");
+            match k {
+                "checkpoint" => {
+                    let n = v
+                        .parse::<u64>()
+                        .map_err(|_| format!("checkpoint {v:?} is not a number"))?;
+                    if checkpoint.replace(n).is_some() {
+                        return Err(dup(k));
+                    }
+                }
+                "handle" => {
+                    if handle.replace(v.to_owned()).is_some() {
+                        return Err(dup(k));
+                    }
+                }
+                "horizon" => {
+                    let h = v.parse::<i64>().map_err(|_| format!("horizon {v:?} is not a number"))?;
+                    if horizon.replace(h).is_some() {
+                        return Err(dup(k));
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "unknown field {:?}",
+                        other.chars().take(40).collect::<String>()
+                    ))
+                }
+            }
+        }
+        Ok(Receipt {
+            checkpoint: checkpoint.ok_or("no checkpoint= line")?,
+            handle: handle.ok_or("no handle= line")?,
+            horizon,
+        })
+    }
+}
+
+/// A pending unresolved-orphan marker: the checkpoint, handle and horizon
+/// its resolution could not settle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingMarker {
+    pub checkpoint: u64,
+    pub handle: ResumeHandle,
+    pub horizon: Option<i64>,
+}
+
+/// Parses marker `sub<K>-<checkpoint>.unresolved`: `Ok(None)` for a final
+/// verdict's marker (a recorded loss, nothing to describe), the error says
+/// what is wrong.
+pub fn parse_unresolved_marker(checkpoint: u64, text: &str) -> std::result::Result<Option<PendingMarker>, String> {
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name));
+    if field("checkpoint=") != Some(checkpoint.to_string().as_str()) {
+        return Err(format!("does not name checkpoint {checkpoint}"));
+    }
+    match field("final=") {
+        Some("true") => return Ok(None),
+        Some("false") => {}
+        _ => return Err("no final=true|false line".into()),
+    }
+    let handle = field("handle=")
+        .ok_or("no handle= line")?
+        .parse::<ResumeHandle>()
+        .map_err(|e| format!("handle: {e}"))?;
+    let horizon = match field("horizon=") {
+        None | Some("none") => None,
+        Some(h) => Some(h.parse::<i64>().map_err(|_| format!("horizon {h:?} is not a number"))?),
+    };
+    Ok(Some(PendingMarker {
+        checkpoint,
+        handle,
+        horizon,
+    }))
 }
 
 impl ReceiptStore {
@@ -337,57 +484,113 @@ impl ReceiptStore {
         Ok(())
     }
 
-    fn write_receipt(&mut self, checkpoint: u64, handle: &ResumeHandle) -> Result<()> {
-        let text = handle.to_string();
+    /// Creates the receipt directory and proves it writable (a file
+    /// written, fsynced and removed), so an unwritable or full directory
+    /// fails `open`, not a commit.
+    fn check_writable(&self) -> Result<()> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let probe = dir.join(format!(".sub{}-probe", self.subtask));
+        Self::write_durably(&probe, "receipt directory probe\n")?;
+        std::fs::remove_file(&probe).map_err(|e| Self::io_error(&probe, e))
+    }
+
+    fn write_receipt(&mut self, checkpoint: u64, handle: &ResumeHandle, horizon: Option<i64>) -> Result<()> {
+        let receipt = Receipt {
+            checkpoint,
+            handle: handle.to_string(),
+            horizon,
+        };
         match self.receipt_path(checkpoint) {
-            Some(path) => Self::write_durably(&path, &format!("checkpoint={checkpoint}\nhandle={text}\n"))?,
+            Some(path) => Self::write_durably(&path, &receipt.to_text())?,
             None => {
-                self.memory.insert(checkpoint, text);
+                self.memory.insert(checkpoint, receipt);
             }
         }
         Ok(())
     }
 
-    /// Whether checkpoint `checkpoint`'s commit of `handle` is receipted.
-    fn has_receipt(&self, checkpoint: u64, handle: &ResumeHandle) -> Result<bool> {
-        let text = handle.to_string();
-        match self.receipt_path(checkpoint) {
-            Some(path) => match std::fs::read_to_string(&path) {
-                Ok(s) => Ok(s.lines().any(|l| l.strip_prefix("handle=") == Some(text.as_str()))),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-                Err(e) => Err(Self::io_error(&path, e)),
-            },
-            None => Ok(self.memory.get(&checkpoint) == Some(&text)),
+    /// Reads a bounded file as text; `Ok(None)` when it does not exist.
+    fn read_small(path: &Path) -> Result<Option<String>> {
+        let corrupt = |message: String| ConnectorError::Receipt {
+            path: path.display().to_string(),
+            message,
+        };
+        match std::fs::metadata(path) {
+            Ok(m) if m.len() > MAX_RECEIPT_FILE => {
+                return Err(corrupt(format!("corrupt or foreign: {} bytes", m.len())))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Self::io_error(path, e)),
         }
+        let bytes = std::fs::read(path).map_err(|e| Self::io_error(path, e))?;
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| corrupt("corrupt or foreign: not UTF-8 text".into()))
     }
 
-    /// Checkpoints above `checkpoint` with a receipt of this subtask.
-    fn receipts_above(&self, checkpoint: u64) -> Vec<u64> {
+    /// This subtask's receipt of `checkpoint`, checked.
+    fn receipt(&self, checkpoint: u64) -> Result<Option<Receipt>> {
+        let Some(path) = self.receipt_path(checkpoint) else {
+            return Ok(self.memory.get(&checkpoint).cloned());
+        };
+        let Some(text) = Self::read_small(&path)? else {
+            return Ok(None);
+        };
+        let receipt = Receipt::parse(&text)
+            .and_then(|r| {
+                if r.checkpoint == checkpoint {
+                    Ok(r)
+                } else {
+                    Err(format!("names checkpoint {}", r.checkpoint))
+                }
+            })
+            .map_err(|m| ConnectorError::Receipt {
+                path: path.display().to_string(),
+                message: format!("corrupt or foreign receipt: {m}"),
+            })?;
+        Ok(Some(receipt))
+    }
+
+    /// Whether checkpoint `checkpoint`'s commit of `handle` is receipted.
+    fn has_receipt(&self, checkpoint: u64, handle: &ResumeHandle) -> Result<bool> {
+        Ok(self
+            .receipt(checkpoint)?
+            .is_some_and(|r| r.handle == handle.to_string()))
+    }
+
+    /// This subtask's receipts of checkpoints above `checkpoint`, oldest first.
+    fn receipts_above(&self, checkpoint: u64) -> Result<Vec<Receipt>> {
         let Some(dir) = &self.dir else {
-            return self.memory.range(checkpoint + 1..).map(|(n, _)| *n).collect();
+            return Ok(self.memory.range(checkpoint + 1..).map(|(_, r)| r.clone()).collect());
         };
         let prefix = format!("sub{}-", self.subtask);
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        let mut out: Vec<u64> = entries
+        let mut ids: Vec<u64> = entries
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str()?.strip_prefix(&prefix)?.parse::<u64>().ok())
             .filter(|n| *n > checkpoint)
             .collect();
-        out.sort_unstable();
-        out
+        ids.sort_unstable();
+        let mut out = Vec::new();
+        for n in ids {
+            out.extend(self.receipt(n)?);
+        }
+        Ok(out)
     }
 
-    /// Markers left by an unresolved (unreachable) resolution: checkpoint
-    /// and handle, oldest first.
-    fn pending_markers(&self) -> Vec<(u64, ResumeHandle)> {
+    /// Markers left by an unresolved (unreachable) resolution, oldest first.
+    fn pending_markers(&self) -> Result<Vec<PendingMarker>> {
         let Some(dir) = &self.dir else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let prefix = format!("sub{}-", self.subtask);
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let mut out = Vec::new();
         for entry in entries.filter_map(|e| e.ok()) {
@@ -400,22 +603,16 @@ impl ReceiptStore {
             }) else {
                 continue;
             };
-            let Ok(text) = std::fs::read_to_string(entry.path()) else {
-                continue;
+            let path = entry.path();
+            let corrupt = |what: String| ConnectorError::Receipt {
+                path: path.display().to_string(),
+                message: format!("corrupt or foreign unresolved marker: {what}"),
             };
-            if !text.lines().any(|l| l == "final=false") {
-                continue;
-            }
-            if let Some(h) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("handle="))
-                .and_then(|h| h.parse::<ResumeHandle>().ok())
-            {
-                out.push((n, h));
-            }
+            let Some(text) = Self::read_small(&path)? else { continue };
+            out.extend(parse_unresolved_marker(n, &text).map_err(corrupt)?);
         }
-        out.sort_by_key(|(n, _)| *n);
-        out
+        out.sort_by_key(|m| m.checkpoint);
+        Ok(out)
     }
 
     /// Writes `sub<K>-<N>.unresolved`. `final_verdict`: the broker answered
@@ -431,10 +628,11 @@ impl ReceiptStore {
             None => "none (queued segment, never produced)".into(),
         };
         let contents = format!(
-            "checkpoint={}\nrecords={}\ntransactional_id={}\nhandle={handle}\nfinal={final_verdict}\nreason={}\n",
+            "checkpoint={}\nrecords={}\ntransactional_id={}\nhandle={handle}\nhorizon={}\nfinal={final_verdict}\nreason={}\n",
             orphan.checkpoint,
             orphan.records,
             percent_encode(&orphan.transactional_id),
+            orphan.horizon.map_or("none".to_owned(), |h| h.to_string()),
             reason.replace('\n', " ")
         );
         Self::write_durably(&path, &contents)?;
@@ -454,6 +652,8 @@ struct Prepared {
     checkpoint: u64,
     records: u64,
     handle: ResumeHandle,
+    /// The watermark its sealing barrier saw.
+    horizon: Option<i64>,
 }
 
 /// Records sealed by a barrier while an earlier commit was outstanding.
@@ -461,6 +661,7 @@ struct Prepared {
 struct Segment {
     checkpoint: u64,
     records: Vec<KafkaMessage>,
+    horizon: Option<i64>,
 }
 
 /// The two-phase-commit Kafka sink.
@@ -481,8 +682,18 @@ pub struct TwoPhaseCommitSink<B: TransactionalProducerBackend = NativeTransactio
     buffer: Vec<KafkaMessage>,
     receipts: ReceiptStore,
     orphans: Vec<Orphan>,
+    /// What the last restore found, per restored checkpoint.
+    verdicts: Vec<CheckpointVerdict>,
     stats: TwoPhaseCommitStats,
+    /// The newest watermark that reached the sink ([`Sink::on_watermark`]).
+    watermark: Option<i64>,
+    suppression: ReplaySuppression,
     suppression_warned: bool,
+    /// `format = avro|…`: rows encoded before they are sent (made at open).
+    encoder: Option<ValueEncoder>,
+    /// `delivered` (records in committed transactions) and
+    /// `delivery_errors` (failed commits) as series (`crate::metrics`).
+    series: crate::metrics::ConnectorSeries,
 }
 
 impl<B: TransactionalProducerBackend> fmt::Debug for TwoPhaseCommitSink<B> {
@@ -515,7 +726,13 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             subtask: options.subtask_index,
             memory: BTreeMap::new(),
         };
+        let series = crate::metrics::ConnectorSeries::sink(
+            options.sink.metric_prefix.as_deref(),
+            &options.sink.topic,
+            options.subtask_index,
+        );
         TwoPhaseCommitSink {
+            series,
             options,
             transactional_id,
             backend: Some(backend),
@@ -528,8 +745,12 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             buffer: Vec::new(),
             receipts,
             orphans: Vec::new(),
+            verdicts: Vec::new(),
             stats: TwoPhaseCommitStats::default(),
+            watermark: None,
+            suppression: ReplaySuppression::off(),
             suppression_warned: false,
+            encoder: None,
         }
     }
 
@@ -549,6 +770,20 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     /// Restored checkpoints whose records Kafka will not show (found at `open`).
     pub fn orphans(&self) -> &[Orphan] {
         &self.orphans
+    }
+
+    /// What the last `restore` + `open` found per restored checkpoint (see
+    /// [`Sink::restore_verdicts`]).
+    pub fn verdicts(&self) -> &[CheckpointVerdict] {
+        &self.verdicts
+    }
+
+    fn record_verdict(&mut self, staged: &StagedCheckpoint, verdict: RestoreVerdict) {
+        self.verdicts.push(CheckpointVerdict {
+            checkpoint: staged.checkpoint,
+            records: staged.records,
+            verdict,
+        });
     }
 
     /// The checkpoint of the prepared transaction awaiting its commit.
@@ -607,6 +842,13 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 problem: "after close",
             });
         }
+        self.verdicts.clear();
+        self.receipts.check_writable()?;
+        if self.receipts.dir.is_none() {
+            tracing::warn!(transactional_id = %self.transactional_id,
+                "commit receipts are kept in memory only: a crash loses them, and with them the proof of commits \
+                 the broker may later deny (set receipt_dir, or build with a checkpoint directory)");
+        }
         let restored = self.restored.clone();
         let restore_point = restored.iter().map(|s| s.checkpoint).max();
         if restored.iter().any(|s| s.records > 0) {
@@ -627,21 +869,80 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         }
         self.restored.clear();
         self.opened = true;
-        if let (true, Some(point)) = (self.options.replay_suppression, restore_point) {
-            let newer = self.receipts.receipts_above(point);
-            if !newer.is_empty() {
-                self.stats.replay_suppression_armed = true;
-                tracing::warn!(transactional_id = %id, restore_point = point, receipted = ?newer,
-                    "replay suppression armed: this subtask committed checkpoints above the restore point; the \
-                     string channel carries no event time, so replayed records pass through (duplicates are \
-                     possible for those checkpoints)");
-            }
+        if let Some(point) = restore_point {
+            self.arm_suppression(point)?;
         }
         Ok(())
     }
 
+    /// Arms replay suppression from this subtask's receipts above the
+    /// restore point `point` (their commits are published; the replay
+    /// re-emits their records): the highest receipted horizon. Receipts
+    /// without a horizon (no watermark had reached the sink) cannot be
+    /// judged by event time: they are warned about and keep the
+    /// bounded-replay contract.
+    fn arm_suppression(&mut self, point: u64) -> Result<()> {
+        let newer = self.receipts.receipts_above(point)?;
+        if newer.is_empty() {
+            self.suppression = ReplaySuppression::off();
+            self.stats.replay_suppression_armed = false;
+            self.stats.suppression_horizon = None;
+            return Ok(());
+        }
+        let receipted: Vec<u64> = newer.iter().map(|r| r.checkpoint).collect();
+        let id = self.transactional_id.clone();
+        if !self.options.replay_suppression {
+            tracing::warn!(transactional_id = %id, restore_point = point, receipted = ?receipted,
+                "replay_suppression = false: this subtask committed checkpoints above the restore point, and the \
+                 replay publishes their records again");
+            return Ok(());
+        }
+        let blind: Vec<u64> = newer
+            .iter()
+            .filter(|r| r.horizon.is_none())
+            .map(|r| r.checkpoint)
+            .collect();
+        if !blind.is_empty() {
+            tracing::warn!(transactional_id = %id, receipted = ?blind,
+                "receipts without a watermark horizon: their replayed records cannot be judged and are published \
+                 again (bounded replay)");
+        }
+        self.suppression = ReplaySuppression::arm(newer.iter().filter_map(|r| r.horizon), self.watermark);
+        self.stats.suppression_horizon = self.suppression.armed();
+        self.stats.replay_suppression_armed = self.suppression.armed().is_some();
+        if let Some(horizon) = self.suppression.armed() {
+            tracing::warn!(transactional_id = %id, restore_point = point, receipted = ?receipted, horizon,
+                "replay suppression armed: replayed records at or below the receipted horizon are swallowed");
+        }
+        Ok(())
+    }
+
+    /// The sink's side of [`Sink::on_restore_point`].
+    pub fn restore_point(&mut self, checkpoint: Option<u64>) -> Result<()> {
+        self.arm_suppression(checkpoint.unwrap_or(0))
+    }
+
+    /// The sink's side of [`Sink::on_watermark`]: the next barrier's
+    /// horizon; retires an armed suppression once past its horizon.
+    pub fn watermark(&mut self, watermark: i64) {
+        if self.watermark.is_some_and(|w| w >= watermark) {
+            return;
+        }
+        self.watermark = Some(watermark);
+        if self.suppression.handle_watermark(watermark) {
+            self.stats.suppression_retired = true;
+            tracing::info!(transactional_id = %self.transactional_id, watermark,
+                suppressed = self.suppression.swallowed(), "replay suppression retired: the watermark passed the horizon");
+        }
+    }
+
+    /// Resolves every restored handle, oldest first. The walk never stops
+    /// early: an Unreachable answer marks that handle (a pending marker) and
+    /// the walk goes on, so every unreceipted handle above it is probed or
+    /// marked too, before `open` fails with [`ConnectorError::InDoubt`].
     async fn resolve_restored(&mut self, restored: &[StagedCheckpoint]) -> Result<()> {
         let mut resolver: Option<Resolver> = None;
+        let mut unresolved: Option<(u64, String, String)> = None;
         for staged in restored.iter().filter(|s| s.records > 0) {
             let Some(handle) = &staged.handle else {
                 let reason = "a queued segment: its records waited app-side behind an outstanding commit and \
@@ -655,6 +956,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                     "restored prepared transaction is receipted: committed");
                 self.stats.resolved_by_receipt += 1;
                 self.receipts.retire_marker(staged.checkpoint);
+                self.record_verdict(staged, RestoreVerdict::Committed { by_receipt: true });
                 continue;
             }
             if resolver.is_none() {
@@ -670,13 +972,14 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 .await;
             match verdict {
                 Verdict::Committed { .. } => {
-                    step(SinkStep::AfterResolvedCommit);
+                    step(SinkStep::AfterResolvedCommit, self.options.subtask_index);
                     tracing::info!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         "restored prepared transaction committed");
                     self.stats.resolved_over_the_wire += 1;
-                    self.receipts.write_receipt(staged.checkpoint, handle)?;
+                    self.receipts.write_receipt(staged.checkpoint, handle, staged.horizon)?;
                     self.stats.receipts_written += 1;
                     self.receipts.retire_marker(staged.checkpoint);
+                    self.record_verdict(staged, RestoreVerdict::Committed { by_receipt: false });
                 }
                 Verdict::NotCommitted { .. } => {
                     self.orphan(staged, verdict.to_string())?;
@@ -687,13 +990,17 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                     tracing::error!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         marker = ?marker, "restored prepared transaction is unresolved; refusing to open (opening \
                         would fence it)");
-                    return Err(ConnectorError::InDoubt {
-                        transactional_id: staged.transactional_id.clone(),
-                        checkpoint: staged.checkpoint,
-                        detail: reason,
-                    });
+                    self.record_verdict(staged, RestoreVerdict::Unreachable { reason: reason.clone() });
+                    unresolved.get_or_insert((staged.checkpoint, staged.transactional_id.clone(), reason));
                 }
             }
+        }
+        if let Some((checkpoint, transactional_id, detail)) = unresolved {
+            return Err(ConnectorError::InDoubt {
+                transactional_id,
+                checkpoint,
+                detail,
+            });
         }
         Ok(())
     }
@@ -705,13 +1012,13 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     /// aborted, so the init's abort is legitimate and the replay owes it.
     /// While no broker answers, `open` fails rather than fence blind.
     async fn consume_markers(&mut self) -> Result<()> {
-        let pending: Vec<(u64, ResumeHandle)> = self
+        let pending: Vec<PendingMarker> = self
             .receipts
-            .pending_markers()
+            .pending_markers()?
             .into_iter()
-            .filter(|(_, h)| h.transactional_id == self.transactional_id)
+            .filter(|m| m.handle.transactional_id == self.transactional_id)
             .collect();
-        let Some((first, _)) = pending.first() else {
+        let Some(first) = pending.first().map(|m| m.checkpoint) else {
             return Ok(());
         };
         let in_doubt = |checkpoint: u64, detail: String| ConnectorError::InDoubt {
@@ -721,14 +1028,14 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         };
         let cluster = Cluster::connect(self.options.sink.client_config()?)
             .await
-            .map_err(|e| {
-                in_doubt(
-                    *first,
-                    format!("describing a marked transaction before fencing it: {e}"),
-                )
-            })?;
+            .map_err(|e| in_doubt(first, format!("describing a marked transaction before fencing it: {e}")))?;
         let admin = Admin::new(cluster);
-        for (checkpoint, handle) in &pending {
+        for PendingMarker {
+            checkpoint,
+            handle,
+            horizon,
+        } in &pending
+        {
             let described = admin
                 .describe_transactions(&[handle.transactional_id.as_str()])
                 .await
@@ -748,7 +1055,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             self.stats.markers_consumed += 1;
             if landed {
                 tracing::info!(checkpoint, handle = %handle, "a marked transaction's commit landed: receipted");
-                self.receipts.write_receipt(*checkpoint, handle)?;
+                self.receipts.write_receipt(*checkpoint, handle, *horizon)?;
                 self.stats.receipts_written += 1;
                 self.stats.markers_found_committed += 1;
             } else {
@@ -762,6 +1069,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
 
     fn orphan(&mut self, staged: &StagedCheckpoint, reason: String) -> Result<()> {
         let marker = self.receipts.write_marker(staged, &reason, true)?;
+        self.record_verdict(staged, RestoreVerdict::NotCommitted { reason: reason.clone() });
         tracing::error!(transactional_id = %staged.transactional_id, checkpoint = staged.checkpoint,
             records = staged.records, reason = %reason, marker = ?marker,
             "a completed checkpoint's records are not committed in Kafka and will not be: unresolved orphan");
@@ -776,21 +1084,33 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     }
 
     /// Produces into the open tail, or buffers while a commit is outstanding.
-    pub async fn send_batch(&mut self, batch: Batch<KafkaMessage>) -> Result<()> {
+    pub async fn send_batch(&mut self, mut batch: Batch<KafkaMessage>) -> Result<()> {
         self.backend()?;
-        if self.stats.replay_suppression_armed && !batch.is_empty() {
-            self.stats.suppression_passed_through += batch.len() as u64;
-            if !self.suppression_warned {
-                self.suppression_warned = true;
-                tracing::warn!(transactional_id = %self.transactional_id,
-                    "replay suppression is armed but records carry no event time: passing them through");
-            }
+        if self.suppression.armed().is_some() {
+            self.suppress(&mut batch);
         }
         if self.prepared.is_some() {
             self.buffer.extend(batch);
             return Ok(());
         }
         self.produce_into_open(batch).await
+    }
+
+    /// Drops the records an armed suppression swallows; counts both kinds.
+    fn suppress(&mut self, batch: &mut Vec<KafkaMessage>) {
+        let suppression = &mut self.suppression;
+        batch.retain(|m| suppression.judge(event_time(m.timestamp)) != Judgement::Swallow);
+        self.stats.records_suppressed = self.suppression.swallowed();
+        let unjudged = self.suppression.unjudged();
+        if unjudged > self.stats.suppression_passed_through {
+            self.stats.suppression_passed_through = unjudged;
+            if !self.suppression_warned {
+                self.suppression_warned = true;
+                tracing::warn!(transactional_id = %self.transactional_id, horizon = ?self.suppression.armed(),
+                    "replay suppression is armed but a record carries no event time: passing it through (it may \
+                     be a duplicate; counted in suppression_passed_through)");
+            }
+        }
     }
 
     async fn produce_into_open(&mut self, batch: Vec<KafkaMessage>) -> Result<()> {
@@ -869,7 +1189,11 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         }
         if self.prepared.is_some() {
             let records = std::mem::take(&mut self.buffer);
-            self.queued.push_back(Segment { checkpoint, records });
+            self.queued.push_back(Segment {
+                checkpoint,
+                records,
+                horizon: self.watermark,
+            });
         } else {
             if let Err(e) = self.flush_open().await {
                 // The interval cannot commit; end it so the producer can go on.
@@ -891,6 +1215,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 checkpoint,
                 records,
                 handle,
+                horizon: self.watermark,
             });
         }
         Ok(self.staged_rows())
@@ -908,6 +1233,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                         checkpoint: p.checkpoint,
                         records: p.records,
                         handle: Some(p.handle.clone()),
+                        horizon: p.horizon,
                     }
                     .to_row(),
                 );
@@ -921,6 +1247,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                         checkpoint: s.checkpoint,
                         records: s.records.len() as u64,
                         handle: None,
+                        horizon: s.horizon,
                     }
                     .to_row(),
                 );
@@ -951,14 +1278,16 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 Err(e) => Err(e),
             };
             if let Err(e) = committed {
+                self.series.errors.increment(1);
                 self.prepared = Some(p);
                 return Err(e);
             }
-            step(SinkStep::AfterEndTxn);
+            step(SinkStep::AfterEndTxn, self.options.subtask_index);
             self.stats.transactions_committed += 1;
             self.stats.records_committed += p.records;
+            self.series.ok.increment(p.records);
             // Between the broker's acknowledgement and the next begin.
-            self.receipts.write_receipt(p.checkpoint, &p.handle)?;
+            self.receipts.write_receipt(p.checkpoint, &p.handle, p.horizon)?;
             self.stats.receipts_written += 1;
             tracing::debug!(checkpoint = p.checkpoint, records = p.records, "checkpoint committed");
         }
@@ -979,6 +1308,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                     checkpoint: segment.checkpoint,
                     records: 0,
                     handle: self.identity().expect("open"),
+                    horizon: segment.horizon,
                 });
                 return Ok(());
             }
@@ -989,6 +1319,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 checkpoint: segment.checkpoint,
                 records,
                 handle: self.identity().expect("open"),
+                horizon: segment.horizon,
             };
             if done {
                 self.commit_prepared(p).await?;
@@ -1068,8 +1399,12 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     }
 }
 
-fn texts(batch: Batch<Text>) -> Vec<KafkaMessage> {
-    batch.into_iter().map(|t| KafkaMessage::new(t.into_bytes())).collect()
+fn texts(batch: Batch<Text>, encoder: Option<&ValueEncoder>, topic: &str) -> Vec<KafkaMessage> {
+    let mut messages: Vec<KafkaMessage> = batch.into_iter().map(|t| KafkaMessage::new(t.into_bytes())).collect();
+    if let Some(e) = encoder {
+        e.encode_messages(topic, &mut messages);
+    }
+    messages
 }
 
 impl<B: TransactionalProducerBackend> Sink for TwoPhaseCommitSink<B> {
@@ -1084,11 +1419,27 @@ impl<B: TransactionalProducerBackend> Sink for TwoPhaseCommitSink<B> {
     }
 
     fn open(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.open_sink())
+        Box::pin(async move {
+            open_encoder(&mut self.encoder, &self.options.sink).await?;
+            self.open_sink().await
+        })
+    }
+
+    fn restore_verdicts(&self) -> Vec<CheckpointVerdict> {
+        self.verdicts.clone()
     }
 
     fn on_data(&mut self, batch: Batch<Text>) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.send_batch(texts(batch)))
+        let messages = texts(batch, self.encoder.as_ref(), &self.options.sink.topic);
+        Box::pin(self.send_batch(messages))
+    }
+
+    fn on_watermark(&mut self, watermark: i64) {
+        self.watermark(watermark);
+    }
+
+    fn on_restore_point(&mut self, checkpoint: Option<u64>) -> Result<()> {
+        self.restore_point(checkpoint)
     }
 
     /// Flushes the open tail (a prepared transaction is flushed already).
@@ -1304,12 +1655,14 @@ mod tests {
                 checkpoint: 5,
                 records: 20,
                 handle: Some(handle("tx/1;weird id")),
+                horizon: Some(1_700_000_000_123),
             },
             StagedCheckpoint {
                 transactional_id: "tx-0".into(),
                 checkpoint: 6,
                 records: 3,
                 handle: None,
+                horizon: None,
             },
         ] {
             let row = staged.to_row();
@@ -1339,6 +1692,10 @@ mod tests {
                 "clink-2pc-state/1;checkpoint=1;records=1;state=prepared",
             ),
             ("kafka_2pc/tx/1", "clink-2pc-state/1;checkpoint=1;records=1;state=maybe"),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;horizon=later",
+            ),
             ("kafka_2pc/tx/1", "clink-2pc-state/1;checkpoint=1;state=queued"),
             (
                 "kafka_2pc/tx/1",
@@ -1372,32 +1729,71 @@ mod tests {
         };
         let h = handle("tx");
         assert!(!store.has_receipt(4, &h).unwrap());
-        store.write_receipt(4, &h).unwrap();
-        store.write_receipt(9, &h).unwrap();
+        store.write_receipt(4, &h, None).unwrap();
+        store.write_receipt(9, &h, Some(77)).unwrap();
         assert!(dir.join("sub3-4").exists());
         assert!(store.has_receipt(4, &h).unwrap());
         let mut other = h.clone();
         other.producer_epoch += 1;
         assert!(!store.has_receipt(4, &other).unwrap(), "a receipt is for one handle");
-        assert_eq!(store.receipts_above(4), vec![9]);
+        let above = |store: &ReceiptStore| -> Vec<(u64, Option<i64>)> {
+            store
+                .receipts_above(4)
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.checkpoint, r.horizon))
+                .collect()
+        };
+        assert_eq!(above(&store), vec![(9, Some(77))]);
         let staged = StagedCheckpoint {
             transactional_id: "tx".into(),
             checkpoint: 5,
             records: 1,
             handle: Some(h),
+            horizon: Some(55),
         };
         let marker = store
             .write_marker(&staged, "not committed: fenced", true)
             .unwrap()
             .unwrap();
         assert!(
-            store.pending_markers().is_empty(),
+            store.pending_markers().unwrap().is_empty(),
             "a final verdict's marker is not pending"
         );
         store.write_marker(&staged, "unreachable", false).unwrap();
-        assert_eq!(store.pending_markers(), vec![(5, staged.handle.clone().unwrap())]);
+        assert_eq!(
+            store.pending_markers().unwrap(),
+            vec![PendingMarker {
+                checkpoint: 5,
+                handle: staged.handle.clone().unwrap(),
+                horizon: Some(55),
+            }]
+        );
+        assert!(store.check_writable().is_ok());
+        for corrupt in [
+            "garbage",
+            "checkpoint=6\nfinal=false\nhandle=x\n",
+            "checkpoint=6\nfinal=false\n",
+        ] {
+            std::fs::write(dir.join("sub3-6.unresolved"), corrupt).unwrap();
+            let e = store.pending_markers().unwrap_err().to_string();
+            assert!(
+                e.contains("sub3-6.unresolved") && e.contains("corrupt"),
+                "{corrupt:?}: {e}"
+            );
+        }
+        std::fs::remove_file(dir.join("sub3-6.unresolved")).unwrap();
         assert_eq!(marker, dir.join("sub3-5.unresolved"));
-        assert_eq!(store.receipts_above(4), vec![9], "a marker is not a receipt");
+        assert_eq!(above(&store), vec![(9, Some(77))], "a marker is not a receipt");
+        for corrupt in [
+            "garbage",
+            "checkpoint=9\nhandle=x\nhorizon=soon\n",
+            "checkpoint=8\nhandle=x\n",
+        ] {
+            std::fs::write(dir.join("sub3-9"), corrupt).unwrap();
+            let e = store.receipts_above(4).unwrap_err().to_string();
+            assert!(e.contains("sub3-9") && e.contains("corrupt"), "{corrupt:?}: {e}");
+        }
         store.retire_marker(5);
         assert!(!marker.exists());
         let _ = std::fs::remove_dir_all(&dir);
@@ -1407,8 +1803,143 @@ mod tests {
             subtask: 0,
             memory: BTreeMap::new(),
         };
-        memory.write_receipt(2, &handle("tx")).unwrap();
+        memory.write_receipt(2, &handle("tx"), None).unwrap();
         assert!(memory.has_receipt(2, &handle("tx")).unwrap());
         assert_eq!(memory.write_marker(&staged, "x", false).unwrap(), None);
+    }
+
+    #[test]
+    fn an_unwritable_receipt_dir_fails_the_probe_naming_the_path() {
+        let file = std::env::temp_dir().join(format!("clink-2pc-unwritable-{}", std::process::id()));
+        std::fs::write(&file, "a file where the directory should be").unwrap();
+        let store = ReceiptStore {
+            dir: Some(file.join("receipts")),
+            subtask: 0,
+            memory: BTreeMap::new(),
+        };
+        let e = store.check_writable().unwrap_err().to_string();
+        assert!(e.contains("clink-2pc-unwritable"), "{e}");
+        let _ = std::fs::remove_file(&file);
+    }
+
+    fn stamped(ts: &[i64]) -> Vec<KafkaMessage> {
+        ts.iter()
+            .map(|t| {
+                let mut m = KafkaMessage::new(format!("t{t}"));
+                m.timestamp = *t;
+                m
+            })
+            .collect()
+    }
+
+    fn scripted_in(
+        dir: &Path,
+        suppression: bool,
+    ) -> (
+        TwoPhaseCommitSink<ScriptedBackend>,
+        std::sync::Arc<std::sync::Mutex<Script>>,
+    ) {
+        let script = std::sync::Arc::new(std::sync::Mutex::new(Script::default()));
+        let mut options = TwoPhaseCommitOptions::new("h:1", "t", "tx");
+        options.receipt_dir = Some(dir.to_owned());
+        options.replay_suppression = suppression;
+        let sink = TwoPhaseCommitSink::with_backend(options, ScriptedBackend(script.clone()));
+        (sink, script)
+    }
+
+    /// The receipt carries the watermark its sealing barrier saw; a later
+    /// sink restored below it swallows the replay at or below that horizon,
+    /// passes a record without event time (counted), retires once a
+    /// watermark passes the horizon; with the option off nothing is
+    /// swallowed.
+    #[tokio::test]
+    async fn replay_suppression_swallows_at_or_below_the_receipted_horizon() {
+        let dir = std::env::temp_dir().join(format!("clink-2pc-suppress-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut first, _) = scripted_in(&dir, true);
+        first.open_sink().await.unwrap();
+        first.send_batch(stamped(&[90, 100])).await.unwrap();
+        Sink::on_watermark(&mut first, 100);
+        Sink::on_watermark(&mut first, 40);
+        let rows = first.barrier(1).await.unwrap();
+        assert_eq!(
+            StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap().horizon,
+            Some(100)
+        );
+        first.commit(1).await.unwrap();
+        let receipt = std::fs::read_to_string(dir.join("sub0-1")).unwrap();
+        assert!(receipt.contains("horizon=100\n"), "{receipt}");
+
+        let (mut replay, script) = scripted_in(&dir, true);
+        replay.open_sink().await.unwrap();
+        Sink::on_restore_point(&mut replay, Some(1)).unwrap();
+        assert!(!replay.stats().replay_suppression_armed, "nothing receipted above 1");
+        Sink::on_restore_point(&mut replay, None).unwrap();
+        assert_eq!(replay.stats().suppression_horizon, Some(100));
+        calls(&script);
+        replay.send_batch(stamped(&[95, 100, -1, 101])).await.unwrap();
+        assert_eq!(calls(&script), ["begin", "send:t-1", "send:t101"]);
+        Sink::on_watermark(&mut replay, 100);
+        replay.send_batch(stamped(&[99])).await.unwrap();
+        assert!(
+            calls(&script).is_empty(),
+            "at the horizon the watermark has not passed it"
+        );
+        Sink::on_watermark(&mut replay, 101);
+        replay.send_batch(stamped(&[50])).await.unwrap();
+        assert_eq!(calls(&script), ["send:t50"], "retired: nothing is judged");
+        let st = replay.stats();
+        assert_eq!(
+            (
+                st.records_suppressed,
+                st.suppression_passed_through,
+                st.suppression_retired
+            ),
+            (3, 1, true)
+        );
+
+        let (mut off, script) = scripted_in(&dir, false);
+        off.open_sink().await.unwrap();
+        Sink::on_restore_point(&mut off, Some(0)).unwrap();
+        calls(&script);
+        off.send_batch(stamped(&[95])).await.unwrap();
+        assert_eq!(calls(&script), ["begin", "send:t95"]);
+        assert_eq!(off.stats().records_suppressed, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn receipts_and_pending_markers_parse_or_say_what_is_wrong() {
+        let r = Receipt {
+            checkpoint: 3,
+            handle: handle("tx").to_string(),
+            horizon: Some(-5),
+        };
+        assert_eq!(Receipt::parse(&r.to_text()).unwrap(), r);
+        let old = Receipt {
+            horizon: None,
+            ..r.clone()
+        };
+        assert_eq!(
+            Receipt::parse(&old.to_text()).unwrap(),
+            old,
+            "a receipt without horizon"
+        );
+        for (bad, says) in [
+            ("handle=x\n", "checkpoint="),
+            ("checkpoint=1\n", "handle="),
+            ("checkpoint=1\ncheckpoint=1\nhandle=x\n", "twice"),
+            ("checkpoint=x\nhandle=x\n", "not a number"),
+            ("checkpoint=1\nhandle=x\nwho=me\n", "unknown"),
+            ("nonsense", "key=value"),
+        ] {
+            let e = Receipt::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        let marker = format!("checkpoint=4\nhandle={}\nhorizon=none\nfinal=false\n", handle("tx"));
+        assert_eq!(parse_unresolved_marker(4, &marker).unwrap().unwrap().horizon, None);
+        assert!(parse_unresolved_marker(5, &marker).is_err());
+        assert_eq!(parse_unresolved_marker(4, "checkpoint=4\nfinal=true\n").unwrap(), None);
+        assert!(parse_unresolved_marker(4, &marker.replace("none", "x")).is_err());
     }
 }

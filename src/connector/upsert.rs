@@ -26,8 +26,10 @@ use serde_json::{Map, Value};
 
 use super::backend::{NativeProducer, ProducerBackend};
 use super::error::Result;
+use super::format::ValueEncoder;
 use super::options::UpsertOptions;
 use super::record::{KafkaMessage, Text};
+use super::sink::open_encoder;
 use super::sink::{KafkaSink, SinkCounters};
 use super::{Batch, BoxFuture, Sink, SinkCapabilities, StateRow};
 
@@ -145,6 +147,8 @@ pub struct UpsertSink<B: ProducerBackend = NativeProducer> {
     position: u64,
     skipped: Arc<AtomicU64>,
     dropped: Arc<AtomicU64>,
+    /// `format = avro|…`: values encoded before they are sent (made at open).
+    encoder: Option<ValueEncoder>,
 }
 
 impl<B: ProducerBackend> fmt::Debug for UpsertSink<B> {
@@ -173,6 +177,7 @@ impl<B: ProducerBackend> UpsertSink<B> {
             position: 0,
             skipped: Arc::default(),
             dropped: Arc::default(),
+            encoder: None,
         }
     }
 
@@ -211,7 +216,15 @@ impl<B: ProducerBackend> UpsertSink<B> {
                 }
             }
         }
+        if let Some(e) = &self.encoder {
+            e.encode_messages(&self.inner.options().topic, &mut out);
+        }
         self.inner.send_batch(out).await
+    }
+
+    /// Rows refused because they do not fit the registry schema.
+    pub fn refused_rows(&self) -> u64 {
+        self.encoder.as_ref().map_or(0, ValueEncoder::refused)
     }
 }
 
@@ -228,7 +241,10 @@ impl<B: ProducerBackend> Sink for UpsertSink<B> {
 
     fn open(&mut self) -> BoxFuture<'_, Result<()>> {
         self.position = 0;
-        self.inner.open()
+        Box::pin(async move {
+            open_encoder(&mut self.encoder, self.inner.options()).await?;
+            self.inner.open_sink().await
+        })
     }
 
     fn on_data(&mut self, batch: Batch<Text>) -> BoxFuture<'_, Result<()>> {

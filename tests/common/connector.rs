@@ -48,15 +48,33 @@ pub fn handle_version(broker: clink_kafka::client::TransactionVersion) -> clink_
     }
 }
 
-/// The SASL mechanism the connector tests authenticate with: SCRAM-SHA-512
-/// natively; PLAIN on rdkafka, whose librdkafka is built without OpenSSL
-/// and so without SCRAM (a named difference, tested in connector_options).
+/// The SASL mechanism the connector tests authenticate with, on both
+/// backends (librdkafka's SCRAM comes with its OpenSSL).
 pub fn sasl_mechanism() -> &'static str {
-    if on_rdkafka() {
-        "PLAIN"
-    } else {
-        "SCRAM-SHA-512"
+    "SCRAM-SHA-512"
+}
+
+/// Polls `source` until `n` records came (bounded: 30 s, 2,000 calls).
+pub async fn read_n<S>(source: &mut S, n: usize) -> Vec<clink_kafka::connector::KafkaMessage>
+where
+    S: clink_kafka::connector::Source<Item = clink_kafka::connector::KafkaMessage> + ?Sized,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    for _ in 0..2000 {
+        if out.len() >= n {
+            return out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} records within 30 s",
+            out.len()
+        );
+        let mut got = Vec::new();
+        source.produce(&mut got).await.unwrap();
+        out.extend(got.into_iter().flatten());
     }
+    panic!("only {} of {n} records after 2000 produce calls", out.len());
 }
 
 /// Connector build parameters: `brokers`, `topic`, `backend` (see

@@ -8,6 +8,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod cluster;
 pub mod connector;
 pub mod process;
 pub mod proxy;
@@ -138,6 +139,12 @@ pub async fn consume_exactly(
 /// The transaction.version=1 broker, or `None` (outside CI) when not configured.
 pub fn tv1_brokers() -> Option<String> {
     required_env("CLINK_KAFKA_TV1_BROKERS")
+}
+
+/// A broker whose `auto.create.topics.enable` is on (the tv1 broker of
+/// `scripts/kafka-local`), or `None` (outside CI) when not configured.
+pub fn auto_create_brokers() -> Option<String> {
+    required_env("CLINK_KAFKA_AUTO_CREATE_BROKERS")
 }
 
 /// Both brokers transaction tests run against, labelled with the

@@ -4,8 +4,14 @@
 //! cut connections mid-request or mid-response at points drawn from a seeded
 //! generator, and hold Produce responses back for a while, counting how many
 //! Produce requests are outstanding at once.
+//!
+//! [`ClusterProxy`] puts one such proxy in front of each broker of a
+//! cluster (Metadata rewritten so each node id points at its own proxy) and
+//! can cut the client off from one broker — a network partition: requests
+//! and answers silently dropped, new connections accepted and left mute —
+//! and heal it, closing the connections that lived through it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,19 +35,34 @@ pub struct ProxyOptions {
     pub hold_produce_responses: Duration,
 }
 
-/// xorshift64*: reproducible cut points without a dependency.
-struct Rng(u64);
+/// xorshift64*: reproducible fault choices without a dependency.
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
         lo + (self.next() % (hi - lo) as u64) as usize
     }
+}
+
+/// The seed of a fault test: `CLINK_FAULT_SEED` (to replay a run) or a
+/// fresh random one; printed either way.
+pub fn fault_seed() -> u64 {
+    let seed = std::env::var("CLINK_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            let mut b = [0u8; 8];
+            getrandom::fill(&mut b).unwrap();
+            u64::from_le_bytes(b)
+        });
+    eprintln!("fault seed: {seed} (CLINK_FAULT_SEED={seed} replays this run)");
+    seed
 }
 
 pub struct Proxy {
@@ -59,11 +80,27 @@ pub struct Proxy {
     pub produce_outstanding: Arc<AtomicUsize>,
     /// The most Produce requests ever outstanding at once.
     pub max_produce_outstanding: Arc<AtomicUsize>,
+    /// While set, nothing passes either way (a network partition).
+    pub partitioned: Arc<AtomicBool>,
+}
+
+/// Where a Metadata answer's brokers are pointed.
+#[derive(Clone)]
+enum Rewrite {
+    /// Every broker at this proxy.
+    AllTo(SocketAddr),
+    /// Each node id at its own proxy.
+    PerNode(Arc<BTreeMap<i32, SocketAddr>>),
 }
 
 impl Proxy {
     pub async fn start(upstream: String, options: ProxyOptions) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        Proxy::serve(listener, upstream, options, Rewrite::AllTo(addr))
+    }
+
+    fn serve(listener: TcpListener, upstream: String, options: ProxyOptions, rewrite: Rewrite) -> Proxy {
         let addr = listener.local_addr().unwrap();
         let proxy = Proxy {
             addr,
@@ -74,7 +111,9 @@ impl Proxy {
             cutting: Arc::new(AtomicBool::new(options.cut_seed.is_some())),
             produce_outstanding: Arc::default(),
             max_produce_outstanding: Arc::default(),
+            partitioned: Arc::default(),
         };
+        let partitioned = proxy.partitioned.clone();
         let (outstanding, max_outstanding) = (proxy.produce_outstanding.clone(), proxy.max_produce_outstanding.clone());
         let hold = options.hold_produce_responses;
         let (req, resp, accepted, rewritten, cutting) = (
@@ -90,7 +129,12 @@ impl Proxy {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
-                accepted.fetch_add(1, Ordering::Relaxed);
+                let nth = accepted.fetch_add(1, Ordering::Relaxed);
+                if partitioned.load(Ordering::SeqCst) {
+                    // Accepted, then mute until the partition heals.
+                    tokio::spawn(mute_until_healed(client, partitioned.clone()));
+                    continue;
+                }
                 let Ok(broker) = TcpStream::connect(&upstream).await else {
                     continue;
                 };
@@ -98,17 +142,20 @@ impl Proxy {
                 let _ = broker.set_nodelay(true);
                 // Each connection is cut in one direction, after a number of
                 // bytes drawn here; the first bytes (ApiVersions, Metadata)
-                // always pass.
+                // always pass. The direction alternates per connection (a
+                // coin per connection could leave a run cut one way only, and
+                // the test needs both); the cut points are seeded.
                 let (cut_req, cut_resp) = {
                     let mut r = rng.lock().unwrap();
-                    if r.next().is_multiple_of(2) {
+                    if nth.is_multiple_of(2) {
                         (r.range(20_000, 600_000), usize::MAX)
                     } else {
                         (usize::MAX, r.range(1_000, 8_000))
                     }
                 };
                 let conn = Conn {
-                    proxy_addr: addr,
+                    rewrite: rewrite.clone(),
+                    partitioned: partitioned.clone(),
                     metadata: Arc::default(),
                     produce: Arc::default(),
                     hold,
@@ -129,8 +176,57 @@ impl Proxy {
     }
 }
 
+/// Holds a connection open and silent while `partitioned` is set, then
+/// drops it.
+async fn mute_until_healed<T>(held: T, partitioned: Arc<AtomicBool>) {
+    while partitioned.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(held);
+}
+
+/// One proxy per broker of a cluster; see the module docs.
+pub struct ClusterProxy {
+    /// By node id.
+    pub proxies: BTreeMap<i32, Proxy>,
+}
+
+impl ClusterProxy {
+    /// Proxies for `brokers` (node id, `host:port`), forwarding only.
+    pub async fn start(brokers: &[(i32, String)]) -> ClusterProxy {
+        let mut listeners = Vec::new();
+        let mut addrs = BTreeMap::new();
+        for (id, upstream) in brokers {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addrs.insert(*id, l.local_addr().unwrap());
+            listeners.push((*id, upstream.clone(), l));
+        }
+        let rewrite = Rewrite::PerNode(Arc::new(addrs));
+        let proxies = listeners
+            .into_iter()
+            .map(|(id, upstream, l)| (id, Proxy::serve(l, upstream, ProxyOptions::default(), rewrite.clone())))
+            .collect();
+        ClusterProxy { proxies }
+    }
+
+    /// The bootstrap list through the proxies.
+    pub fn bootstrap(&self) -> String {
+        self.proxies
+            .values()
+            .map(|p| p.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Cuts the client off from broker `node` (silently), or heals it.
+    pub fn set_partitioned(&self, node: i32, partitioned: bool) {
+        self.proxies[&node].partitioned.store(partitioned, Ordering::SeqCst);
+    }
+}
+
 struct Conn {
-    proxy_addr: SocketAddr,
+    rewrite: Rewrite,
+    partitioned: Arc<AtomicBool>,
     /// Correlation id → version of Metadata requests in flight.
     metadata: Arc<Mutex<HashMap<i32, i16>>>,
     /// Correlation ids of Produce requests that expect an answer.
@@ -176,6 +272,11 @@ impl Conn {
             async move {
                 let mut sent = 0usize;
                 while let Some(frame) = read_frame(&mut cr).await {
+                    if this.partitioned.load(Ordering::SeqCst) {
+                        // Dropped on the wire; the connection dies with the partition.
+                        mute_until_healed((), this.partitioned.clone()).await;
+                        return;
+                    }
                     // Request header: api key, api version, correlation id.
                     if frame.len() >= 12 && i16::from_be_bytes([frame[4], frame[5]]) == ApiKey::Metadata as i16 {
                         let version = i16::from_be_bytes([frame[6], frame[7]]);
@@ -208,6 +309,10 @@ impl Conn {
             async move {
                 let mut sent = 0usize;
                 while let Some(mut frame) = read_frame(&mut br).await {
+                    if this.partitioned.load(Ordering::SeqCst) {
+                        mute_until_healed((), this.partitioned.clone()).await;
+                        return;
+                    }
                     let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
                     let metadata_version = this.metadata.lock().unwrap().remove(&correlation);
                     if let Some(version) = metadata_version {
@@ -246,8 +351,15 @@ impl Conn {
         let header = ResponseHeader::decode(&mut buf, header_version).expect("metadata response header");
         let mut body = MetadataResponse::decode(&mut buf, version).expect("metadata response");
         for b in &mut body.brokers {
-            b.host = super::scripted::str(&self.proxy_addr.ip().to_string());
-            b.port = i32::from(self.proxy_addr.port());
+            let to = match &self.rewrite {
+                Rewrite::AllTo(addr) => *addr,
+                Rewrite::PerNode(map) => match map.get(&b.node_id.0) {
+                    Some(addr) => *addr,
+                    None => continue,
+                },
+            };
+            b.host = super::scripted::str(&to.ip().to_string());
+            b.port = i32::from(to.port());
         }
         self.rewritten.fetch_add(1, Ordering::Relaxed);
         super::scripted::encode(header.correlation_id, ApiKey::Metadata, version, &body).to_vec()

@@ -4,6 +4,7 @@
 //! request. It declines fetch sessions (answers session id 0), as a broker
 //! whose session cache is full does.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,7 @@ struct Peer {
     topic: String,
     partitions: i32,
     answer: Answer,
+    metadata_requests: Arc<AtomicUsize>,
 }
 
 fn metadata(peer: &Peer) -> MetadataResponse {
@@ -87,7 +89,11 @@ async fn serve(mut s: TcpStream, peer: Arc<Mutex<Peer>>) {
                     .collect();
                 scripted::encode(corr, key, version, &r)
             }
-            ApiKey::Metadata => scripted::encode(corr, key, version, &metadata(&peer.lock().unwrap())),
+            ApiKey::Metadata => {
+                let peer = peer.lock().unwrap();
+                peer.metadata_requests.fetch_add(1, Ordering::Relaxed);
+                scripted::encode(corr, key, version, &metadata(&peer))
+            }
             ApiKey::ListOffsets => {
                 let topic = peer.lock().unwrap().topic.clone();
                 let partitions = peer.lock().unwrap().partitions;
@@ -124,7 +130,16 @@ async fn serve(mut s: TcpStream, peer: Arc<Mutex<Peer>>) {
 }
 
 /// Starts the peer; returns a cluster connected to it.
+#[allow(dead_code)] // not every test binary uses both
 pub async fn start(topic: &str, partitions: i32, answer: Answer) -> Cluster {
+    start_counting(topic, partitions, answer).await.0
+}
+
+/// Starts the peer; returns a cluster connected to it and the count of
+/// Metadata requests the peer has answered.
+#[allow(dead_code)]
+pub async fn start_counting(topic: &str, partitions: i32, answer: Answer) -> (Cluster, Arc<AtomicUsize>) {
+    let metadata_requests = Arc::new(AtomicUsize::new(0));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let peer = Arc::new(Mutex::new(Peer {
@@ -132,6 +147,7 @@ pub async fn start(topic: &str, partitions: i32, answer: Answer) -> Cluster {
         topic: topic.to_owned(),
         partitions,
         answer,
+        metadata_requests: metadata_requests.clone(),
     }));
     tokio::spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
@@ -141,8 +157,9 @@ pub async fn start(topic: &str, partitions: i32, answer: Answer) -> Cluster {
     let mut config = ClientConfig::new(&format!("127.0.0.1:{port}"));
     config.request_timeout = Duration::from_secs(10);
     config.retry_backoff = Duration::from_millis(10);
-    tokio::time::timeout(Duration::from_secs(10), Cluster::connect(config))
+    let cluster = tokio::time::timeout(Duration::from_secs(10), Cluster::connect(config))
         .await
         .expect("connecting to the scripted broker in time")
-        .expect("connecting to the scripted broker")
+        .expect("connecting to the scripted broker");
+    (cluster, metadata_requests)
 }

@@ -42,7 +42,21 @@ impl<'a> Reader<'a> {
     /// Bytes not yet read.
     #[inline]
     pub fn remaining(&self) -> usize {
-        self.data.len() - self.pos
+        self.rest().len()
+    }
+
+    /// The bytes not yet read (`pos` never passes the end: every advance
+    /// is of bytes just found in `rest`).
+    #[inline]
+    fn rest(&self) -> &'a [u8] {
+        self.data.get(self.pos..).unwrap_or_default()
+    }
+
+    /// Moves past `n` bytes the caller has just taken from [`rest`](Self::rest).
+    /// Saturating: a position past the end would read as no bytes left.
+    #[inline]
+    fn advance(&mut self, n: usize) {
+        self.pos = self.pos.saturating_add(n);
     }
 
     /// Bytes consumed so far.
@@ -61,14 +75,12 @@ impl<'a> Reader<'a> {
 
     #[inline]
     fn take<const N: usize>(&mut self, context: &'static str) -> Result<[u8; N]> {
-        let rem = self.remaining();
-        if rem < N {
-            return Err(Error::truncated(context, N, rem));
-        }
-        let mut out = [0u8; N];
-        out.copy_from_slice(&self.data[self.pos..self.pos + N]);
-        self.pos += N;
-        Ok(out)
+        let rest = self.rest();
+        let Some(out) = rest.first_chunk::<N>() else {
+            return Err(Error::truncated(context, N, rest.len()));
+        };
+        self.advance(N);
+        Ok(*out)
     }
 
     pub fn i8(&mut self, context: &'static str) -> Result<i8> {
@@ -102,35 +114,35 @@ impl<'a> Reader<'a> {
 
     /// An unsigned LEB128 varint of at most 5 bytes.
     pub fn unsigned_varint(&mut self, context: &'static str) -> Result<u32> {
-        let (v, n) = read_unsigned_varint(&self.data[self.pos..], context)?;
-        self.pos += n;
+        let (v, n) = read_unsigned_varint(self.rest(), context)?;
+        self.advance(n);
         Ok(v)
     }
     /// A zigzag varint (32-bit).
     pub fn varint(&mut self, context: &'static str) -> Result<i32> {
-        let (v, n) = read_varint(&self.data[self.pos..], context)?;
-        self.pos += n;
+        let (v, n) = read_varint(self.rest(), context)?;
+        self.advance(n);
         Ok(v)
     }
     /// A zigzag varlong (64-bit).
     pub fn varlong(&mut self, context: &'static str) -> Result<i64> {
-        let (v, n) = read_varlong(&self.data[self.pos..], context)?;
-        self.pos += n;
+        let (v, n) = read_varlong(self.rest(), context)?;
+        self.advance(n);
         Ok(v)
     }
 
     /// `n` raw bytes, sharing the frame's allocation.
     pub fn slice(&mut self, n: usize, context: &'static str) -> Result<Bytes> {
-        let rem = self.remaining();
-        if n > rem {
+        let rest = self.rest();
+        let Some(head) = rest.get(..n) else {
             return Err(Error::LengthOutOfBounds {
                 context,
                 length: n as i64,
-                limit: rem,
+                limit: rest.len(),
             });
-        }
-        let out = self.data.slice(self.pos..self.pos + n);
-        self.pos += n;
+        };
+        let out = self.data.slice_ref(head);
+        self.advance(n);
         Ok(out)
     }
 
@@ -138,7 +150,11 @@ impl<'a> Reader<'a> {
     /// for compact ones. `None` is the null marker (-1).
     fn length(&mut self, compact: bool, wide: bool, context: &'static str) -> Result<Option<usize>> {
         let len: i64 = if compact {
-            i64::from(self.unsigned_varint(context)?) - 1
+            // Compact: the length plus one, 0 being null.
+            match self.unsigned_varint(context)?.checked_sub(1) {
+                None => -1,
+                Some(l) => i64::from(l),
+            }
         } else if wide {
             i64::from(self.i32(context)?)
         } else {
@@ -257,12 +273,13 @@ impl<'a> Reader<'a> {
                     limit: rem,
                 });
             }
-            let start = self.pos;
             if known(self, tag, size)? {
-                if self.pos - start != size {
+                // `known` only reads forward, so `rem` is at least what is left.
+                let used = rem.abs_diff(self.remaining());
+                if used != size {
                     return Err(Error::Invalid {
                         context,
-                        message: format!("tagged field {tag} declared {size} bytes but used {}", self.pos - start),
+                        message: format!("tagged field {tag} declared {size} bytes but used {used}"),
                     });
                 }
             } else {
@@ -293,16 +310,17 @@ pub trait DecodeResponse: Sized {
 #[inline]
 pub fn read_unsigned_varint(buf: &[u8], context: &'static str) -> Result<(u32, usize)> {
     let mut value: u32 = 0;
-    for i in 0..5 {
+    // (index of the byte, bytes used with it, its shift)
+    for (i, (used, shift)) in (1..=5).zip((0..35).step_by(7)).enumerate() {
         let Some(&b) = buf.get(i) else {
-            return Err(Error::truncated(context, i + 1, buf.len()));
+            return Err(Error::truncated(context, used, buf.len()));
         };
-        if i == 4 && b > 0x0f {
+        if used == 5 && b > 0x0f {
             return Err(Error::VarintTooLong { context, max_bytes: 5 });
         }
-        value |= u32::from(b & 0x7f) << (7 * i);
+        value |= u32::from(b & 0x7f) << shift;
         if b & 0x80 == 0 {
-            return Ok((value, i + 1));
+            return Ok((value, used));
         }
     }
     Err(Error::VarintTooLong { context, max_bytes: 5 })
@@ -314,31 +332,44 @@ pub fn read_varint(buf: &[u8], context: &'static str) -> Result<(i32, usize)> {
     // Fast path: one byte covers -64..=63, the common case for record fields.
     if let Some(&b) = buf.first() {
         if b & 0x80 == 0 {
-            let u = u32::from(b);
-            return Ok((((u >> 1) as i32) ^ -((u & 1) as i32), 1));
+            return Ok((zigzag32(u32::from(b)), 1));
         }
     }
     let (u, n) = read_unsigned_varint(buf, context)?;
-    Ok((((u >> 1) as i32) ^ -((u & 1) as i32), n))
+    Ok((zigzag32(u), n))
 }
 
 /// Decodes a zigzag varlong (i64) from the front of `buf`.
 #[inline]
 pub fn read_varlong(buf: &[u8], context: &'static str) -> Result<(i64, usize)> {
     let mut value: u64 = 0;
-    for i in 0..10 {
+    // (index of the byte, bytes used with it, its shift)
+    for (i, (used, shift)) in (1..=10).zip((0..70).step_by(7)).enumerate() {
         let Some(&b) = buf.get(i) else {
-            return Err(Error::truncated(context, i + 1, buf.len()));
+            return Err(Error::truncated(context, used, buf.len()));
         };
-        if i == 9 && b > 0x01 {
+        if used == 10 && b > 0x01 {
             return Err(Error::VarintTooLong { context, max_bytes: 10 });
         }
-        value |= u64::from(b & 0x7f) << (7 * i);
+        value |= u64::from(b & 0x7f) << shift;
         if b & 0x80 == 0 {
-            return Ok((((value >> 1) as i64) ^ -((value & 1) as i64), i + 1));
+            return Ok((zigzag64(value), used));
         }
     }
     Err(Error::VarintTooLong { context, max_bytes: 10 })
+}
+
+/// Zigzag-decodes a varint's 32 bits (0, 1, 2, 3… → 0, -1, 1, -2…); the
+/// negation of the low bit (0 or 1) is the all-ones mask or zero.
+#[inline(always)]
+pub fn zigzag32(u: u32) -> i32 {
+    ((u >> 1) as i32) ^ ((u & 1).wrapping_neg() as i32)
+}
+
+/// Zigzag-decodes a varlong's 64 bits.
+#[inline(always)]
+pub fn zigzag64(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ ((u & 1).wrapping_neg() as i64)
 }
 
 /// Appends an unsigned varint.
@@ -385,7 +416,8 @@ pub fn varint_len(v: i32) -> usize {
 #[inline]
 pub fn varlong_len(v: i64) -> usize {
     let u = ((v << 1) ^ (v >> 63)) as u64;
-    let bits = 64 - u.leading_zeros() as usize;
+    // leading_zeros() <= 64: the difference is the bit length.
+    let bits = u64::BITS.abs_diff(u.leading_zeros()) as usize;
     bits.max(1).div_ceil(7)
 }
 

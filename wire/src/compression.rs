@@ -229,6 +229,255 @@ pub fn decompress_into(
     result
 }
 
+/// A streaming decompressor over one batch's compressed records section:
+/// each [`fill`](Inflater::fill) appends a bounded amount of output, so a
+/// batch is inflated chunk by chunk instead of whole (what a consumer uses
+/// to keep memory at about one chunk plus the largest record, however far
+/// a batch inflates).
+///
+/// `max_unit` bounds what one decoding step may need at once and is the
+/// bound named when it is exceeded ([`CompressionError::OutputTooLarge`]):
+/// a raw (non-xerial) snappy block, whose whole length is in its header
+/// and which cannot be decoded in parts; one xerial block (32 KiB is always
+/// allowed: snappy-java's size); one lz4 block (the caller's `limit` must
+/// leave room for it: at most 4 MiB by the lz4 format, 64 KiB as Kafka
+/// and librdkafka write them); the zstd
+/// window kept as history (a larger declared window is clamped to
+/// `max_unit` + one block, a single-segment frame larger than that is
+/// refused). gzip and zstd output comes in 16 KiB reads.
+///
+/// Hostile input: every step either makes progress through the (finite)
+/// input or ends, and no step allocates past the caller's `limit`; so a
+/// stream that never ends or a decompression bomb costs at most one chunk
+/// of memory at a time, and the records parser on top stops it at the
+/// first byte that the batch's record count does not account for.
+pub struct Inflater {
+    codec: Compression,
+    max_unit: usize,
+    state: InflateState,
+}
+
+enum InflateState {
+    Gzip(Box<flate2::bufread::MultiGzDecoder<bytes::buf::Reader<bytes::Bytes>>>),
+    Snappy(snappy::Stream),
+    Lz4(Box<lz4::Stream>),
+    Zstd(Box<zstd::Stream>),
+    Done,
+}
+
+impl fmt::Debug for Inflater {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inflater")
+            .field("codec", &self.codec)
+            .field("max_unit", &self.max_unit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inflater {
+    /// A decompressor for `input` (the compressed records section) in
+    /// `codec`; `Compression::None` is refused (uncompressed records are
+    /// used in place).
+    pub fn new(codec: Compression, input: bytes::Bytes, max_unit: usize) -> Result<Self, CompressionError> {
+        if input.is_empty() {
+            return Err(corrupt(codec.name(), "empty input"));
+        }
+        let state = match codec {
+            Compression::None => return Err(corrupt("none", "uncompressed data is not inflated")),
+            Compression::Gzip => {
+                use bytes::Buf;
+                InflateState::Gzip(Box::new(flate2::bufread::MultiGzDecoder::new(input.reader())))
+            }
+            Compression::Snappy => InflateState::Snappy(snappy::Stream::new(input)?),
+            Compression::Lz4 => InflateState::Lz4(Box::new(lz4::Stream::new(input))),
+            Compression::Zstd => InflateState::Zstd(Box::new(zstd::Stream::new(input))),
+        };
+        Ok(Inflater {
+            codec,
+            max_unit: max_unit.max(1),
+            state,
+        })
+    }
+
+    /// Appends output to `out` until it holds at least `target` bytes or
+    /// the stream ends; `out` never grows past `limit` (a step that would
+    /// is [`CompressionError::OutputTooLarge`] naming `max_unit`). Returns
+    /// whether more output may follow (false: the stream ended cleanly).
+    pub fn fill(&mut self, out: &mut Vec<u8>, target: usize, limit: usize) -> Result<bool, CompressionError> {
+        let codec = self.codec.name();
+        let max_unit = self.max_unit;
+        let result = match &mut self.state {
+            InflateState::Done => Ok(false),
+            InflateState::Gzip(d) => read_some(codec, &mut **d, out, target, limit),
+            InflateState::Snappy(s) => s.fill(out, target, limit, max_unit),
+            InflateState::Lz4(s) => s.fill(out, target, limit),
+            InflateState::Zstd(s) => s.fill(out, target, limit, max_unit),
+        };
+        let result = result.map_err(|e| match e {
+            CompressionError::OutputTooLarge { codec, .. } => {
+                CompressionError::OutputTooLarge { codec, limit: max_unit }
+            }
+            e => e,
+        });
+        if !matches!(result, Ok(true)) {
+            // Ended or failed: nothing more comes from this stream.
+            self.state = InflateState::Done;
+        }
+        result
+    }
+}
+
+fn too_large(codec: &'static str, limit: usize) -> CompressionError {
+    CompressionError::OutputTooLarge { codec, limit }
+}
+
+/// Reads `reader` into `out` in bounded pieces until `target` is reached
+/// (true) or the reader ends (false).
+fn read_some<R: Read>(
+    codec: &'static str,
+    reader: &mut R,
+    out: &mut Vec<u8>,
+    target: usize,
+    limit: usize,
+) -> Result<bool, CompressionError> {
+    let mut buf = [0u8; READ_CHUNK];
+    while let Some(wanted) = target.checked_sub(out.len()).filter(|&w| w > 0) {
+        let room = limit.saturating_sub(out.len()).min(READ_CHUNK);
+        if room == 0 {
+            return Err(too_large(codec, limit));
+        }
+        // Never past the target: a window ends where it was asked to.
+        let window = buf.get_mut(..room.min(wanted)).unwrap_or_default();
+        let n = reader.read(window).map_err(|e| corrupt(codec, e.to_string()))?;
+        if n == 0 {
+            // Room was exhausted exactly at the end, or the stream ended.
+            return Ok(false);
+        }
+        out.extend_from_slice(read_part(codec, window, n)?);
+    }
+    Ok(true)
+}
+
+/// The first `n` bytes of `buf`, that a reader said it filled: a typed
+/// error if it claims more than it was given.
+fn read_part<'b>(codec: &'static str, buf: &'b [u8], n: usize) -> Result<&'b [u8], CompressionError> {
+    buf.get(..n)
+        .ok_or_else(|| corrupt(codec, "a reader returned more bytes than it was asked for"))
+}
+
+/// How far into `whole` its suffix `rest` starts (saturating, as a suffix
+/// is never longer than the whole).
+#[inline]
+fn consumed(whole: &[u8], rest: &[u8]) -> usize {
+    whole.len().saturating_sub(rest.len())
+}
+
+/// `out[at..]`, empty past the end.
+#[inline]
+fn tail_at_mut(out: &mut [u8], at: usize) -> &mut [u8] {
+    out.get_mut(at..).unwrap_or_default()
+}
+
+/// `input[at..]`, empty past the end.
+#[inline]
+fn tail_at(input: &[u8], at: usize) -> &[u8] {
+    input.get(at..).unwrap_or_default()
+}
+
+/// `a + b` for the size of a buffer being encoded: an `Encode` error naming
+/// `codec` past `usize::MAX` (no allocation could hold it anyway).
+fn encode_size(codec: &'static str, a: usize, b: usize) -> Result<usize, CompressionError> {
+    a.checked_add(b).ok_or_else(|| CompressionError::Encode {
+        codec,
+        message: "output size overflows usize".into(),
+    })
+}
+
+/// A streaming xxHash32 (the lz4 content checksum of a streamed frame).
+#[derive(Clone, Debug)]
+struct Xxh32 {
+    v: [u32; 4],
+    buf: [u8; 16],
+    buf_len: usize,
+    total: u64,
+    seed: u32,
+}
+
+impl Xxh32 {
+    const P1: u32 = 2_654_435_761;
+    const P2: u32 = 2_246_822_519;
+
+    fn new(seed: u32) -> Self {
+        Xxh32 {
+            v: [
+                seed.wrapping_add(Self::P1).wrapping_add(Self::P2),
+                seed.wrapping_add(Self::P2),
+                seed,
+                seed.wrapping_sub(Self::P1),
+            ],
+            buf: [0; 16],
+            buf_len: 0,
+            total: 0,
+            seed,
+        }
+    }
+
+    fn stripe(v: &mut [u32; 4], s: &[u8; 16]) {
+        let (lanes, _) = s.as_chunks::<4>();
+        for (acc, lane) in v.iter_mut().zip(lanes) {
+            *acc = acc
+                .wrapping_add(u32::from_le_bytes(*lane).wrapping_mul(Self::P2))
+                .rotate_left(13)
+                .wrapping_mul(Self::P1);
+        }
+    }
+
+    fn update(&mut self, mut data: &[u8]) {
+        // A byte count: 2^64 bytes are never hashed.
+        self.total = self.total.saturating_add(data.len() as u64);
+        if self.buf_len > 0 {
+            // Top up the partial stripe: `n` fits both the free room and `data`.
+            let free = self.buf.get_mut(self.buf_len..).unwrap_or_default();
+            let n = free.len().min(data.len());
+            if let (Some(dst), Some((src, rest))) = (free.get_mut(..n), data.split_at_checked(n)) {
+                dst.copy_from_slice(src);
+                data = rest;
+            }
+            self.buf_len = self.buf_len.saturating_add(n).min(16);
+            if self.buf_len < 16 {
+                return;
+            }
+            let buf = self.buf;
+            Self::stripe(&mut self.v, &buf);
+            self.buf_len = 0;
+        }
+        let (stripes, tail) = data.as_chunks::<16>();
+        for s in stripes {
+            Self::stripe(&mut self.v, s);
+        }
+        // `tail` is shorter than a stripe.
+        if let Some(dst) = self.buf.get_mut(..tail.len()) {
+            dst.copy_from_slice(tail);
+            self.buf_len = tail.len();
+        }
+    }
+
+    fn digest(&self) -> u32 {
+        // The one-shot function's tail over the buffered bytes, with the
+        // accumulators (or the short-input seed) of what came before.
+        let v = &self.v;
+        let acc = if self.total >= 16 {
+            v[0].rotate_left(1)
+                .wrapping_add(v[1].rotate_left(7))
+                .wrapping_add(v[2].rotate_left(12))
+                .wrapping_add(v[3].rotate_left(18))
+        } else {
+            self.seed.wrapping_add(374_761_393)
+        };
+        xxh32_finish(acc, self.total as u32, self.buf.get(..self.buf_len).unwrap_or_default())
+    }
+}
+
 /// Size of the chunks in which streaming decoders are read.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -254,12 +503,13 @@ impl<'a> Sink<'a> {
 
     /// Bytes produced so far.
     fn produced(&self) -> usize {
-        self.out.len() - self.start
+        // `out` never shrinks below `start` (rollback truncates to it).
+        self.out.len().saturating_sub(self.start)
     }
 
-    /// Bytes that may still be produced.
+    /// Bytes that may still be produced (none once the limit is reached).
     fn budget(&self) -> usize {
-        self.limit - self.produced()
+        self.limit.saturating_sub(self.produced())
     }
 
     fn too_large(&self) -> CompressionError {
@@ -281,7 +531,7 @@ impl<'a> Sink<'a> {
     /// Makes room for `n` more bytes (which must fit in the budget) with
     /// roughly doubling growth that never reserves past the budget.
     fn reserve(&mut self, n: usize) {
-        if self.out.capacity() - self.out.len() < n {
+        if self.out.capacity().saturating_sub(self.out.len()) < n {
             let grow = self.produced().max(READ_CHUNK).min(self.budget()).max(n);
             self.out.reserve_exact(grow);
         }
@@ -296,12 +546,12 @@ impl<'a> Sink<'a> {
 
     /// Appends `n` zero bytes (n must fit in the budget) for a block decoder
     /// to overwrite, returning the offset where they start.
-    fn extend_zeroed(&mut self, n: usize) -> usize {
-        debug_assert!(n <= self.budget());
+    fn extend_zeroed(&mut self, n: usize) -> Result<usize, CompressionError> {
+        self.check(n)?;
         self.reserve(n);
         let at = self.out.len();
-        self.out.resize(at + n, 0);
-        at
+        self.out.resize(at.checked_add(n).ok_or_else(|| self.too_large())?, 0);
+        Ok(at)
     }
 
     /// Reads `reader` to its end into the sink, in bounded chunks.
@@ -314,7 +564,7 @@ impl<'a> Sink<'a> {
             if n == 0 {
                 return Ok(());
             }
-            self.push(&buf[..n])?;
+            self.push(read_part(self.codec, &buf, n)?)?;
         }
     }
 
@@ -376,7 +626,7 @@ mod gzip {
 }
 
 mod snappy {
-    use super::{corrupt, take, take_i32_be, CompressionError, Sink};
+    use super::{consumed, corrupt, encode_size, tail_at, tail_at_mut, take, take_i32_be, CompressionError, Sink};
 
     const NAME: &str = "snappy";
 
@@ -394,31 +644,37 @@ mod snappy {
     const MAX_EXPANSION: usize = 22;
 
     pub(super) fn compress(input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressionError> {
-        out.reserve(XERIAL_HEADER_LEN + snap::raw::max_compress_len(input.len().min(XERIAL_BLOCK)));
+        out.reserve(encode_size(
+            NAME,
+            XERIAL_HEADER_LEN,
+            snap::raw::max_compress_len(input.len().min(XERIAL_BLOCK)),
+        )?);
         out.extend_from_slice(&XERIAL_MAGIC);
         out.extend_from_slice(&XERIAL_VERSION.to_be_bytes());
         out.extend_from_slice(&XERIAL_COMPATIBLE_VERSION.to_be_bytes());
         let mut encoder = snap::raw::Encoder::new();
         for chunk in input.chunks(XERIAL_BLOCK) {
             let len_at = out.len();
-            out.extend_from_slice(&[0; 4]);
-            let data_at = out.len();
-            out.resize(data_at + snap::raw::max_compress_len(chunk.len()), 0);
-            let n = encoder
-                .compress(chunk, &mut out[data_at..])
-                .map_err(|e| CompressionError::Encode {
-                    codec: NAME,
-                    message: e.to_string(),
-                })?;
-            out.truncate(data_at + n);
+            let max = encode_size(NAME, 4, snap::raw::max_compress_len(chunk.len()))?;
+            out.resize(encode_size(NAME, len_at, max)?, 0);
+            let Some((len_field, data)) = out.get_mut(len_at..).and_then(<[u8]>::split_first_chunk_mut::<4>) else {
+                return Err(encode_err("no room for the block length"));
+            };
+            let n = encoder.compress(chunk, data).map_err(encode_err)?;
             // n <= max_compress_len(32 KiB) which is far below i32::MAX.
-            let n = i32::try_from(n).map_err(|_| CompressionError::Encode {
-                codec: NAME,
-                message: "block too large".into(),
-            })?;
-            out[len_at..data_at].copy_from_slice(&n.to_be_bytes());
+            *len_field = i32::try_from(n)
+                .map_err(|_| encode_err("block too large"))?
+                .to_be_bytes();
+            out.truncate(encode_size(NAME, len_at, encode_size(NAME, 4, n)?)?);
         }
         Ok(())
+    }
+
+    fn encode_err(e: impl std::fmt::Display) -> CompressionError {
+        CompressionError::Encode {
+            codec: NAME,
+            message: e.to_string(),
+        }
     }
 
     pub(super) fn decompress(input: &[u8], sink: &mut Sink<'_>) -> Result<(), CompressionError> {
@@ -440,14 +696,14 @@ mod snappy {
         let mut rest = input;
         skip_header(&mut rest)?;
         while !rest.is_empty() {
-            let len = take_i32_be(&mut rest).ok_or_else(|| corrupt(NAME, "truncated xerial block length"))?;
+            let mut after = rest;
+            let len = take_i32_be(&mut after).ok_or_else(|| corrupt(NAME, "truncated xerial block length"))?;
             if len == magic_head {
-                // Step back over the 4 bytes and re-read a whole header.
-                let offset = input.len() - rest.len() - 4;
-                rest = &input[offset..];
+                // Re-read the 4 bytes as the start of a whole header.
                 skip_header(&mut rest)?;
                 continue;
             }
+            rest = after;
             let len = usize::try_from(len).map_err(|_| corrupt(NAME, format!("negative xerial block length {len}")))?;
             let block = take(&mut rest, len).ok_or_else(|| {
                 corrupt(
@@ -460,11 +716,107 @@ mod snappy {
         Ok(())
     }
 
+    /// A snappy stream decoded block by block: xerial blocks one at a
+    /// time; a raw (non-xerial) block whole, its claimed length checked
+    /// against `max_unit` first.
+    pub(super) struct Stream {
+        input: bytes::Bytes,
+        /// Where the undecoded input starts.
+        at: usize,
+        xerial: bool,
+        decoder: snap::raw::Decoder,
+    }
+
+    impl Stream {
+        pub(super) fn new(input: bytes::Bytes) -> Result<Self, CompressionError> {
+            let xerial = input.starts_with(&XERIAL_MAGIC);
+            let mut at = 0;
+            if xerial {
+                let mut rest = &input[..];
+                skip_header(&mut rest)?;
+                at = consumed(&input, rest);
+            }
+            Ok(Stream {
+                input,
+                at,
+                xerial,
+                decoder: snap::raw::Decoder::new(),
+            })
+        }
+
+        pub(super) fn fill(
+            &mut self,
+            out: &mut Vec<u8>,
+            target: usize,
+            limit: usize,
+            max_unit: usize,
+        ) -> Result<bool, CompressionError> {
+            let magic_head = i32::from_be_bytes([XERIAL_MAGIC[0], XERIAL_MAGIC[1], XERIAL_MAGIC[2], XERIAL_MAGIC[3]]);
+            while out.len() < target {
+                let mut rest = tail_at(&self.input, self.at);
+                if rest.is_empty() {
+                    return Ok(false);
+                }
+                let block = if self.xerial {
+                    let len = take_i32_be(&mut rest).ok_or_else(|| corrupt(NAME, "truncated xerial block length"))?;
+                    if len == magic_head {
+                        let mut again = tail_at(&self.input, self.at);
+                        skip_header(&mut again)?;
+                        self.at = consumed(&self.input, again);
+                        continue;
+                    }
+                    let len = usize::try_from(len)
+                        .map_err(|_| corrupt(NAME, format!("negative xerial block length {len}")))?;
+                    take(&mut rest, len).ok_or_else(|| {
+                        corrupt(
+                            NAME,
+                            format!("xerial block length {len} exceeds the {} bytes left", rest.len()),
+                        )
+                    })?
+                } else {
+                    std::mem::take(&mut rest)
+                };
+                self.at = consumed(&self.input, rest);
+                let len = snap::raw::decompress_len(block).map_err(|e| corrupt(NAME, e.to_string()))?;
+                if len > block.len().saturating_mul(MAX_EXPANSION) {
+                    return Err(corrupt(
+                        NAME,
+                        format!(
+                            "block of {} bytes claims an impossible {len} decompressed bytes",
+                            block.len()
+                        ),
+                    ));
+                }
+                // A raw block is the whole stream: the bound applies as is.
+                // Xerial blocks are 32 KiB from snappy-java; one may always
+                // be that large.
+                let unit = if self.xerial {
+                    max_unit.max(XERIAL_BLOCK)
+                } else {
+                    max_unit
+                };
+                if len > unit || len > limit.saturating_sub(out.len()) {
+                    return Err(super::too_large(NAME, max_unit));
+                }
+                let at = out.len();
+                out.resize(at.checked_add(len).ok_or_else(|| super::too_large(NAME, max_unit))?, 0);
+                let n = self
+                    .decoder
+                    .decompress(block, tail_at_mut(out, at))
+                    .map_err(|e| corrupt(NAME, e.to_string()))?;
+                if n != len {
+                    return Err(corrupt(NAME, "block decoded to fewer bytes than its header claims"));
+                }
+            }
+            Ok(self.at < self.input.len())
+        }
+    }
+
     /// Consumes a 16-byte xerial header. Version numbers are not checked:
     /// every snappy-java release writes 1/1 and reads any.
     fn skip_header(rest: &mut &[u8]) -> Result<(), CompressionError> {
         let header = take(rest, XERIAL_HEADER_LEN).ok_or_else(|| corrupt(NAME, "truncated xerial header"))?;
-        if header[..8] != XERIAL_MAGIC {
+        if !header.starts_with(&XERIAL_MAGIC) {
             return Err(corrupt(NAME, "bad xerial magic"));
         }
         Ok(())
@@ -487,10 +839,9 @@ mod snappy {
                 ),
             ));
         }
-        sink.check(len)?;
-        let at = sink.extend_zeroed(len);
+        let at = sink.extend_zeroed(len)?;
         let n = decoder
-            .decompress(block, &mut sink.out[at..])
+            .decompress(block, tail_at_mut(sink.out, at))
             .map_err(|e| corrupt(NAME, e.to_string()))?;
         if n != len {
             return Err(corrupt(NAME, "block decoded to fewer bytes than its header claims"));
@@ -500,7 +851,10 @@ mod snappy {
 }
 
 mod lz4 {
-    use super::{corrupt, take, take_array, take_u32_le, xxh32, CompressionError, Sink};
+    use super::{
+        consumed, corrupt, encode_size, tail_at, tail_at_mut, take, take_array, take_u32_le, xxh32, CompressionError,
+        Sink,
+    };
 
     const NAME: &str = "lz4";
     const MAGIC: u32 = 0x184D_2204;
@@ -536,20 +890,21 @@ mod lz4 {
         out.extend_from_slice(&[FLG, BD, header_checksum(&[FLG, BD])]);
         for chunk in input.chunks(BLOCK) {
             let size_at = out.len();
-            out.extend_from_slice(&[0; 4]);
-            let data_at = out.len();
-            out.resize(data_at + lz4_flex::block::get_maximum_output_size(chunk.len()), 0);
-            let n = lz4_flex::block::compress_into(chunk, &mut out[data_at..]).map_err(encode_err)?;
-            let size = if n < chunk.len() {
-                out.truncate(data_at + n);
-                n as u32
+            let max = encode_size(NAME, 4, lz4_flex::block::get_maximum_output_size(chunk.len()))?;
+            out.resize(encode_size(NAME, size_at, max)?, 0);
+            let Some((size_field, data)) = out.get_mut(size_at..).and_then(<[u8]>::split_first_chunk_mut::<4>) else {
+                return Err(encode_err("no room for the block size"));
+            };
+            let n = lz4_flex::block::compress_into(chunk, data).map_err(encode_err)?;
+            if n < chunk.len() {
+                *size_field = (n as u32).to_le_bytes();
+                out.truncate(encode_size(NAME, size_at, encode_size(NAME, 4, n)?)?);
             } else {
                 // Incompressible: store as is, as Kafka does.
-                out.truncate(data_at);
+                *size_field = (chunk.len() as u32 | UNCOMPRESSED_BIT).to_le_bytes();
+                out.truncate(encode_size(NAME, size_at, 4)?);
                 out.extend_from_slice(chunk);
-                chunk.len() as u32 | UNCOMPRESSED_BIT
-            };
-            out[size_at..data_at].copy_from_slice(&size.to_le_bytes());
+            }
         }
         out.extend_from_slice(&0u32.to_le_bytes()); // end mark
         Ok(())
@@ -572,7 +927,18 @@ mod lz4 {
         Ok(())
     }
 
-    fn decompress_frame(rest: &mut &[u8], sink: &mut Sink<'_>) -> Result<(), CompressionError> {
+    /// A frame descriptor's settings.
+    #[derive(Clone, Copy, Debug)]
+    struct FrameInfo {
+        independent: bool,
+        block_checksum: bool,
+        content_checksum: bool,
+        content_size: Option<u64>,
+        block_max: usize,
+    }
+
+    /// Reads a frame descriptor (after the magic) and checks its checksum.
+    fn read_header(rest: &mut &[u8]) -> Result<FrameInfo, CompressionError> {
         let truncated = || corrupt(NAME, "truncated frame");
         let frame_input = *rest;
         let [flg, bd] = take_array(rest).ok_or_else(truncated)?;
@@ -602,14 +968,56 @@ mod lz4 {
         if has_dict_id {
             take(rest, 4).ok_or_else(truncated)?;
         }
-        let descriptor_len = frame_input.len() - rest.len();
+        let descriptor = frame_input.get(..consumed(frame_input, rest)).unwrap_or_default();
         let [hc] = take_array(rest).ok_or_else(truncated)?;
-        if hc != header_checksum(&frame_input[..descriptor_len]) {
+        if hc != header_checksum(descriptor) {
             return Err(corrupt(NAME, "frame header checksum mismatch"));
         }
         if has_dict_id {
             return Err(corrupt(NAME, "frames compressed with a dictionary are not supported"));
         }
+        Ok(FrameInfo {
+            independent,
+            block_checksum,
+            content_checksum,
+            content_size,
+            block_max,
+        })
+    }
+
+    /// Reads one block's size word and data (and checks its checksum):
+    /// `None` at the end mark; `Some((data, uncompressed))` otherwise.
+    fn read_block<'i>(rest: &mut &'i [u8], info: &FrameInfo) -> Result<Option<(&'i [u8], bool)>, CompressionError> {
+        let word = take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated block size"))?;
+        if word == 0 {
+            return Ok(None);
+        }
+        let len = (word & !UNCOMPRESSED_BIT) as usize;
+        if len > info.block_max {
+            return Err(corrupt(
+                NAME,
+                format!("block of {len} bytes exceeds the frame's maximum {}", info.block_max),
+            ));
+        }
+        let data = take(rest, len).ok_or_else(|| corrupt(NAME, "truncated block"))?;
+        if info.block_checksum {
+            let sum = take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated block checksum"))?;
+            if sum != xxh32(data, 0) {
+                return Err(corrupt(NAME, "block checksum mismatch"));
+            }
+        }
+        Ok(Some((data, word & UNCOMPRESSED_BIT != 0)))
+    }
+
+    fn decompress_frame(rest: &mut &[u8], sink: &mut Sink<'_>) -> Result<(), CompressionError> {
+        let info = read_header(rest)?;
+        let FrameInfo {
+            independent,
+            content_checksum,
+            content_size,
+            block_max,
+            ..
+        } = info;
         if let Some(size) = content_size {
             if size > sink.budget() as u64 {
                 return Err(sink.too_large());
@@ -617,49 +1025,34 @@ mod lz4 {
         }
 
         let frame_start = sink.out.len();
-        loop {
-            let word = take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated block size"))?;
-            if word == 0 {
-                break; // end mark
-            }
-            let len = (word & !UNCOMPRESSED_BIT) as usize;
-            if len > block_max {
-                return Err(corrupt(
-                    NAME,
-                    format!("block of {len} bytes exceeds the frame's maximum {block_max}"),
-                ));
-            }
-            let data = take(rest, len).ok_or_else(|| corrupt(NAME, "truncated block"))?;
-            if block_checksum {
-                let sum = take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated block checksum"))?;
-                if sum != xxh32(data, 0) {
-                    return Err(corrupt(NAME, "block checksum mismatch"));
-                }
-            }
-            if word & UNCOMPRESSED_BIT != 0 {
+        while let Some((data, uncompressed)) = read_block(rest, &info)? {
+            if uncompressed {
                 sink.push(data)?;
                 continue;
             }
             // Room for the largest output this block could justify.
-            let justified = block_max.min(len.saturating_mul(MAX_EXPANSION));
+            let justified = block_max.min(data.len().saturating_mul(MAX_EXPANSION));
             let room = justified.min(sink.budget());
-            let at = sink.extend_zeroed(room);
-            let (history, target) = sink.out.split_at_mut(at);
+            let at = sink.extend_zeroed(room)?;
+            let Some((history, target)) = sink.out.split_at_mut_checked(at) else {
+                return Err(corrupt(NAME, "output buffer out of step"));
+            };
             let result = if independent {
                 lz4_flex::block::decompress_into(data, target)
             } else {
                 let dict_start = frame_start.max(at.saturating_sub(WINDOW));
-                lz4_flex::block::decompress_into_with_dict(data, target, &history[dict_start..])
+                lz4_flex::block::decompress_into_with_dict(data, target, tail_at(history, dict_start))
             };
             match result {
-                Ok(n) => sink.out.truncate(at + n),
+                // n <= room: the decoder wrote into `target`.
+                Ok(n) => sink.out.truncate(at.saturating_add(n)),
                 Err(lz4_flex::block::DecompressError::OutputTooSmall { .. }) if room < justified => {
                     return Err(sink.too_large())
                 }
                 Err(e) => return Err(corrupt(NAME, e.to_string())),
             }
         }
-        let frame_output = &sink.out[frame_start..];
+        let frame_output = tail_at(sink.out, frame_start);
         if content_checksum {
             let sum = take_u32_le(rest).ok_or_else(|| corrupt(NAME, "truncated content checksum"))?;
             if sum != xxh32(frame_output, 0) {
@@ -679,10 +1072,135 @@ mod lz4 {
         }
         Ok(())
     }
+
+    /// An lz4 stream decoded block by block into the caller's buffer;
+    /// linked blocks see the last 64 KiB of output through `history`.
+    pub(super) struct Stream {
+        input: bytes::Bytes,
+        at: usize,
+        frame: Option<FrameState>,
+    }
+
+    struct FrameState {
+        info: FrameInfo,
+        produced: u64,
+        hasher: Option<super::Xxh32>,
+        /// The last `WINDOW` bytes of this frame's output (linked blocks).
+        history: Vec<u8>,
+    }
+
+    impl Stream {
+        pub(super) fn new(input: bytes::Bytes) -> Self {
+            Stream {
+                input,
+                at: 0,
+                frame: None,
+            }
+        }
+
+        pub(super) fn fill(
+            &mut self,
+            out: &mut Vec<u8>,
+            target: usize,
+            limit: usize,
+        ) -> Result<bool, CompressionError> {
+            while out.len() < target {
+                let mut rest = tail_at(&self.input, self.at);
+                let Some(frame) = self.frame.as_mut() else {
+                    if rest.is_empty() {
+                        return Ok(false);
+                    }
+                    let magic = take_u32_le(&mut rest).ok_or_else(|| corrupt(NAME, "truncated magic"))?;
+                    if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
+                        let len = take_u32_le(&mut rest).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                        take(&mut rest, len as usize).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                    } else if magic != MAGIC {
+                        return Err(corrupt(NAME, format!("bad frame magic {magic:#010x}")));
+                    } else {
+                        let info = read_header(&mut rest)?;
+                        self.frame = Some(FrameState {
+                            info,
+                            produced: 0,
+                            hasher: info.content_checksum.then(|| super::Xxh32::new(0)),
+                            history: Vec::new(),
+                        });
+                    }
+                    self.at = consumed(&self.input, rest);
+                    continue;
+                };
+                let block = read_block(&mut rest, &frame.info)?;
+                self.at = consumed(&self.input, rest);
+                let Some((data, uncompressed)) = block else {
+                    if frame.info.content_checksum {
+                        let mut rest = tail_at(&self.input, self.at);
+                        let sum = take_u32_le(&mut rest).ok_or_else(|| corrupt(NAME, "truncated content checksum"))?;
+                        self.at = consumed(&self.input, rest);
+                        if frame.hasher.as_ref().map(|h| h.digest()) != Some(sum) {
+                            return Err(corrupt(NAME, "content checksum mismatch"));
+                        }
+                    }
+                    if let Some(size) = frame.info.content_size {
+                        if size != frame.produced {
+                            return Err(corrupt(
+                                NAME,
+                                format!("frame declares {size} bytes of content but holds {}", frame.produced),
+                            ));
+                        }
+                    }
+                    self.frame = None;
+                    continue;
+                };
+                let at = out.len();
+                let budget = limit.saturating_sub(at);
+                if uncompressed {
+                    if data.len() > budget {
+                        return Err(super::too_large(NAME, limit));
+                    }
+                    out.extend_from_slice(data);
+                } else {
+                    let justified = frame.info.block_max.min(data.len().saturating_mul(MAX_EXPANSION));
+                    let room = justified.min(budget);
+                    // at + room <= limit.
+                    out.resize(at.saturating_add(room), 0);
+                    let result = if frame.info.independent {
+                        lz4_flex::block::decompress_into(data, tail_at_mut(out, at))
+                    } else {
+                        lz4_flex::block::decompress_into_with_dict(data, tail_at_mut(out, at), &frame.history)
+                    };
+                    match result {
+                        // n <= room: the decoder wrote into `out[at..]`.
+                        Ok(n) => out.truncate(at.saturating_add(n)),
+                        Err(lz4_flex::block::DecompressError::OutputTooSmall { .. }) if room < justified => {
+                            out.truncate(at);
+                            return Err(super::too_large(NAME, limit));
+                        }
+                        Err(e) => {
+                            out.truncate(at);
+                            return Err(corrupt(NAME, e.to_string()));
+                        }
+                    }
+                }
+                let produced = tail_at(out, at);
+                // A byte count: 2^64 bytes are never inflated.
+                frame.produced = frame.produced.saturating_add(produced.len() as u64);
+                if let Some(h) = frame.hasher.as_mut() {
+                    h.update(produced);
+                }
+                if !frame.info.independent {
+                    let h = &mut frame.history;
+                    h.extend_from_slice(produced);
+                    if let Some(excess) = h.len().checked_sub(WINDOW).filter(|&e| e > 0) {
+                        h.drain(..excess);
+                    }
+                }
+            }
+            Ok(self.frame.is_some() || self.at < self.input.len())
+        }
+    }
 }
 
 mod zstd {
-    use super::{corrupt, take, take_u32_le, CompressionError, Sink};
+    use super::{consumed, corrupt, take, take_u32_le, CompressionError, Sink};
     use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
     use std::io::Read;
 
@@ -702,8 +1220,9 @@ mod zstd {
 
     /// Window size encoded by a frame header's Window_Descriptor byte.
     pub(super) fn window_size(descriptor: u8) -> u64 {
-        let base = 1u64 << (10 + (descriptor >> 3));
-        base + (base / 8) * u64::from(descriptor & 7)
+        let base = (1u64 << 10) << (descriptor >> 3);
+        // At most 2^41 + 7 * 2^38: far from overflowing.
+        base.saturating_add((base / 8).saturating_mul(u64::from(descriptor & 7)))
     }
 
     /// The smallest Window_Descriptor whose window is at least `min`
@@ -723,12 +1242,21 @@ mod zstd {
 
     /// Checks a frame header before ruzstd sees it. Fails with
     /// `OutputTooLarge` if the declared content size exceeds the budget.
-    fn inspect_header(frame: &[u8], sink: &Sink<'_>) -> Result<Header, CompressionError> {
+    fn inspect_header(
+        frame: &[u8],
+        budget: u64,
+        streaming: bool,
+        too_large: impl Fn() -> CompressionError,
+    ) -> Result<Header, CompressionError> {
         let truncated = || corrupt(NAME, "truncated frame header");
-        let budget = sink.budget() as u64;
         let &fhd = frame.get(4).ok_or_else(truncated)?;
         let single_segment = fhd & 0x20 != 0;
-        let dict_id_len = [0usize, 1, 2, 4][usize::from(fhd & 3)];
+        let dict_id_len = match fhd & 3 {
+            0 => 0,
+            1 => 1,
+            2 => 2,
+            _ => 4,
+        };
         let fcs_len = match fhd >> 6 {
             0 => usize::from(single_segment),
             1 => 2,
@@ -736,20 +1264,28 @@ mod zstd {
             _ => 8,
         };
         let wd_len = usize::from(!single_segment);
-        let fcs_at = 5 + wd_len + dict_id_len;
-        let fcs = frame.get(fcs_at..fcs_at + fcs_len).ok_or_else(truncated)?;
+        // After the magic, the descriptor, the window byte and the dictionary id.
+        let fcs = frame
+            .get(5..)
+            .and_then(|f| f.get(wd_len..))
+            .and_then(|f| f.get(dict_id_len..))
+            .and_then(|f| f.get(..fcs_len))
+            .ok_or_else(truncated)?;
         let content_size = (fcs_len > 0).then(|| {
             let mut le = [0u8; 8];
-            le[..fcs_len].copy_from_slice(fcs);
+            le.iter_mut().zip(fcs).for_each(|(d, s)| *d = *s);
             let size = u64::from_le_bytes(le);
             if fcs_len == 2 {
-                size + 256
+                // A 2-byte size is offset by 256: at most 65,791.
+                size.saturating_add(256)
             } else {
                 size
             }
         });
-        if content_size.is_some_and(|size| size > budget) {
-            return Err(sink.too_large());
+        // Streamed, a frame's content may exceed the budget, but a
+        // single-segment frame's window is its whole content.
+        if content_size.is_some_and(|size| size > budget) && (!streaming || single_segment) {
+            return Err(too_large());
         }
         if single_segment {
             // The window is the content size, already bounded above.
@@ -782,7 +1318,7 @@ mod zstd {
             if magic != MAGIC {
                 return Err(corrupt(NAME, format!("bad frame magic {magic:#010x}")));
             }
-            let header = inspect_header(rest, sink)?;
+            let header = inspect_header(rest, sink.budget() as u64, false, || sink.too_large())?;
             let frame_start = sink.produced();
             rest = match header.clamp_window {
                 None => decompress_frame(rest, sink)?,
@@ -800,7 +1336,7 @@ mod zstd {
                 }
             };
             if let Some(size) = header.content_size {
-                let got = sink.produced() - frame_start;
+                let got = sink.produced().saturating_sub(frame_start);
                 if size != got as u64 {
                     return Err(corrupt(
                         NAME,
@@ -810,6 +1346,141 @@ mod zstd {
             }
         }
         Ok(())
+    }
+
+    /// The input of one streamed frame: a rewritten header (when the window
+    /// is clamped), then the rest of the batch's compressed bytes.
+    struct Source {
+        head: Vec<u8>,
+        rest: bytes::Bytes,
+    }
+
+    impl Read for Source {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            use bytes::Buf;
+            let from_head = !self.head.is_empty();
+            let src: &[u8] = if from_head { &self.head } else { &self.rest };
+            let n = src.len().min(buf.len());
+            if let (Some(dst), Some(src)) = (buf.get_mut(..n), src.get(..n)) {
+                dst.copy_from_slice(src);
+            }
+            if from_head {
+                self.head.drain(..n);
+            } else {
+                self.rest.advance(n);
+            }
+            Ok(n)
+        }
+    }
+
+    struct Frame {
+        decoder: ruzstd::decoding::StreamingDecoder<Source, ruzstd::decoding::FrameDecoder>,
+        content_size: Option<u64>,
+        produced: u64,
+    }
+
+    /// A zstd stream: frame after frame, each through ruzstd's streaming
+    /// decoder with its window clamped to `max_unit` + one block.
+    pub(super) struct Stream {
+        /// Input not yet handed to a frame decoder.
+        rest: bytes::Bytes,
+        frame: Option<Frame>,
+    }
+
+    impl Stream {
+        pub(super) fn new(input: bytes::Bytes) -> Self {
+            Stream {
+                rest: input,
+                frame: None,
+            }
+        }
+
+        pub(super) fn fill(
+            &mut self,
+            out: &mut Vec<u8>,
+            target: usize,
+            limit: usize,
+            max_unit: usize,
+        ) -> Result<bool, CompressionError> {
+            while out.len() < target {
+                if let Some(f) = self.frame.as_mut() {
+                    let before = out.len();
+                    let more = super::read_some(NAME, &mut f.decoder, out, target, limit)?;
+                    // A byte count: 2^64 bytes are never inflated.
+                    f.produced = f.produced.saturating_add(out.len().saturating_sub(before) as u64);
+                    if more {
+                        return Ok(true);
+                    }
+                    let Some(f) = self.frame.take() else {
+                        return Err(corrupt(NAME, "no frame"));
+                    };
+                    let (source, frame) = f.decoder.into_parts();
+                    if !frame.is_finished() {
+                        return Err(corrupt(NAME, "truncated frame"));
+                    }
+                    if let (Some(stored), Some(computed)) =
+                        (frame.get_checksum_from_data(), frame.get_calculated_checksum())
+                    {
+                        if stored != computed {
+                            return Err(corrupt(NAME, "content checksum mismatch"));
+                        }
+                    }
+                    if let Some(size) = f.content_size {
+                        if size != f.produced {
+                            return Err(corrupt(
+                                NAME,
+                                format!("frame declares {size} bytes of content but holds {}", f.produced),
+                            ));
+                        }
+                    }
+                    self.rest = source.rest;
+                    continue;
+                }
+                if self.rest.is_empty() {
+                    return Ok(false);
+                }
+                let mut peek = &self.rest[..];
+                let magic = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated magic"))?;
+                if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
+                    let len = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                    take(&mut peek, len as usize).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+                    let used = consumed(&self.rest, peek);
+                    let _ = self.rest.split_to(used);
+                    continue;
+                }
+                if magic != MAGIC {
+                    return Err(corrupt(NAME, format!("bad frame magic {magic:#010x}")));
+                }
+                let header = inspect_header(&self.rest, max_unit as u64, true, || super::too_large(NAME, max_unit))?;
+                let rest = std::mem::take(&mut self.rest);
+                let source = match header.clamp_window {
+                    None => Source { head: Vec::new(), rest },
+                    Some(wd) => {
+                        let Some(head) = rest.get(..5).filter(|_| rest.len() >= 6) else {
+                            return Err(corrupt(NAME, "truncated frame header"));
+                        };
+                        let mut head = head.to_vec();
+                        head.push(wd);
+                        Source {
+                            head,
+                            rest: rest.slice(6..),
+                        }
+                    }
+                };
+                let decoder = ruzstd::decoding::StreamingDecoder::new(source).map_err(|e| match e {
+                    FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame { .. }) => {
+                        corrupt(NAME, "unexpected skippable frame")
+                    }
+                    e => corrupt(NAME, e.to_string()),
+                })?;
+                self.frame = Some(Frame {
+                    decoder,
+                    content_size: header.content_size,
+                    produced: 0,
+                });
+            }
+            Ok(true)
+        }
     }
 
     /// Decodes the frame at the start of `input`, returning what follows it.
@@ -844,29 +1515,24 @@ mod zstd {
 fn xxh32(data: &[u8], seed: u32) -> u32 {
     const P1: u32 = 2_654_435_761;
     const P2: u32 = 2_246_822_519;
-    const P3: u32 = 3_266_489_917;
-    const P4: u32 = 668_265_263;
     const P5: u32 = 374_761_393;
     fn round(acc: u32, lane: u32) -> u32 {
         acc.wrapping_add(lane.wrapping_mul(P2)).rotate_left(13).wrapping_mul(P1)
     }
-    fn lane(b: &[u8]) -> u32 {
-        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-    }
 
-    let mut rest = data;
-    let mut h = if data.len() >= 16 {
+    let (stripes, rest) = data.as_chunks::<16>();
+    let h = if data.len() >= 16 {
         let mut v = [
             seed.wrapping_add(P1).wrapping_add(P2),
             seed.wrapping_add(P2),
             seed,
             seed.wrapping_sub(P1),
         ];
-        while rest.len() >= 16 {
-            for (i, acc) in v.iter_mut().enumerate() {
-                *acc = round(*acc, lane(&rest[i * 4..]));
+        for stripe in stripes {
+            let (lanes, _) = stripe.as_chunks::<4>();
+            for (acc, lane) in v.iter_mut().zip(lanes) {
+                *acc = round(*acc, u32::from_le_bytes(*lane));
             }
-            rest = &rest[16..];
         }
         v[0].rotate_left(1)
             .wrapping_add(v[1].rotate_left(7))
@@ -875,16 +1541,27 @@ fn xxh32(data: &[u8], seed: u32) -> u32 {
     } else {
         seed.wrapping_add(P5)
     };
+    xxh32_finish(h, data.len() as u32, rest)
+}
+
+/// xxHash32's last steps: the length (mod 2^32), the last 0-15 bytes, the
+/// avalanche.
+fn xxh32_finish(acc: u32, len: u32, rest: &[u8]) -> u32 {
+    const P1: u32 = 2_654_435_761;
+    const P2: u32 = 2_246_822_519;
+    const P3: u32 = 3_266_489_917;
+    const P4: u32 = 668_265_263;
+    const P5: u32 = 374_761_393;
     // The format mixes in the length modulo 2^32.
-    h = h.wrapping_add(data.len() as u32);
-    while rest.len() >= 4 {
+    let mut h = acc.wrapping_add(len);
+    let (lanes, bytes) = rest.as_chunks::<4>();
+    for lane in lanes {
         h = h
-            .wrapping_add(lane(rest).wrapping_mul(P3))
+            .wrapping_add(u32::from_le_bytes(*lane).wrapping_mul(P3))
             .rotate_left(17)
             .wrapping_mul(P4);
-        rest = &rest[4..];
     }
-    for &b in rest {
+    for &b in bytes {
         h = h
             .wrapping_add(u32::from(b).wrapping_mul(P5))
             .rotate_left(11)
@@ -1011,6 +1688,110 @@ mod tests {
                 $name
             ))
         };
+    }
+
+    // ---- streaming (Inflater) ----
+
+    /// Everything an [`Inflater`] yields, `target` bytes at a time.
+    fn streamed(codec: Compression, input: &[u8], target: usize, max_unit: usize) -> Result<Vec<u8>, CompressionError> {
+        let mut inflater = Inflater::new(codec, bytes::Bytes::copy_from_slice(input), max_unit)?;
+        let mut all = Vec::new();
+        loop {
+            let mut out = Vec::new();
+            let more = inflater.fill(&mut out, target, target + max_unit)?;
+            assert!(out.len() <= target + max_unit);
+            all.extend_from_slice(&out);
+            if !more {
+                return Ok(all);
+            }
+            assert!(out.len() >= target, "a fill that did not end stopped short");
+        }
+    }
+
+    #[test]
+    fn streamed_output_equals_whole_output_at_every_target() {
+        let inputs: Vec<(Compression, Vec<u8>)> = vec![
+            (Compression::Gzip, fixture!("patterned.gz").to_vec()),
+            (Compression::Gzip, fixture!("multi-member.gz").to_vec()),
+            (Compression::Snappy, fixture!("patterned.snappy.raw").to_vec()),
+            (Compression::Snappy, fixture!("patterned.snappy.xerial").to_vec()),
+            (Compression::Lz4, fixture!("patterned.lz4").to_vec()),
+            (Compression::Lz4, fixture!("patterned-linked.lz4").to_vec()),
+            (Compression::Lz4, fixture!("hello.lz4").to_vec()),
+            (Compression::Zstd, fixture!("patterned.zst").to_vec()),
+            (Compression::Zstd, fixture!("patterned-stream-l19.zst").to_vec()),
+            (Compression::Zstd, compressed(Compression::Zstd, &mixed(300 * KIB))),
+            (Compression::Lz4, compressed(Compression::Lz4, &mixed(300 * KIB))),
+            (Compression::Snappy, compressed(Compression::Snappy, &mixed(300 * KIB))),
+        ];
+        for (codec, input) in &inputs {
+            let whole = decompress(*codec, input, 64 << 20).unwrap();
+            for target in [1, 100, 4 * KIB, 64 * KIB, 1 << 20] {
+                let got = streamed(*codec, input, target, 1 << 20).unwrap();
+                assert!(got == whole, "{codec} at target {target}");
+            }
+        }
+    }
+
+    #[test]
+    fn streaming_bounds_one_step_and_names_the_bound() {
+        // A raw snappy block cannot be split: its claimed length is held
+        // against the bound before anything is decoded.
+        let raw = snap::raw::Encoder::new().compress_vec(&vec![7u8; 100 * KIB]).unwrap();
+        let e = streamed(Compression::Snappy, &raw, 1, 64 * KIB).unwrap_err();
+        assert!(
+            matches!(e, CompressionError::OutputTooLarge { limit, .. } if limit == 64 * KIB),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&(64 * KIB).to_string()), "{e}");
+        // Streamed, the other codecs inflate far past the bound in steps.
+        for codec in [
+            Compression::Gzip,
+            Compression::Lz4,
+            Compression::Zstd,
+            Compression::Snappy,
+        ] {
+            let data = mixed(2 << 20);
+            let got = streamed(codec, &compressed(codec, &data), 16 * KIB, 64 * KIB).unwrap();
+            assert!(got == data, "{codec}");
+        }
+    }
+
+    #[test]
+    fn streamed_hostile_input_is_an_error_not_a_panic() {
+        for codec in [
+            Compression::Gzip,
+            Compression::Lz4,
+            Compression::Zstd,
+            Compression::Snappy,
+        ] {
+            let good = compressed(codec, &mixed(100 * KIB));
+            for cut in [1, 5, 17, good.len() / 2, good.len() - 1] {
+                let r = streamed(codec, &good[..cut], 4 * KIB, 1 << 20);
+                let whole = decompress(codec, &good[..cut], 1 << 20);
+                assert_eq!(r.is_err(), whole.is_err(), "{codec} cut at {cut}");
+            }
+            let mut flipped = good.clone();
+            let mid = flipped.len() / 2;
+            flipped[mid] ^= 0x55;
+            let _ = streamed(codec, &flipped, 4 * KIB, 1 << 20);
+        }
+        assert!(Inflater::new(Compression::Zstd, bytes::Bytes::new(), 10).is_err());
+    }
+
+    #[test]
+    fn streaming_xxh32_equals_one_shot() {
+        let data = mixed(10 * KIB);
+        for split in [0, 1, 3, 15, 16, 17, 100, 5000] {
+            for len in [0, 1, 15, 16, 33, 10 * KIB] {
+                let d = &data[..len];
+                let mut h = Xxh32::new(0);
+                let (a, b) = d.split_at(split.min(len));
+                h.update(a);
+                h.update(b);
+                assert_eq!(h.digest(), xxh32(d, 0), "len {len} split {split}");
+            }
+        }
     }
 
     // ---- codec ids and names ----

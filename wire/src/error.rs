@@ -68,6 +68,10 @@ pub enum Error {
         declared: i32,
         detail: &'static str,
     },
+    /// A record of a compressed batch, inflated chunk by chunk, is larger
+    /// than the per-record bound (the consumer's `max_batch_inflate`).
+    #[error("record batch at offset {base_offset}: a record of {size} bytes exceeds the per-record inflation bound of {limit} bytes (max_batch_inflate)")]
+    RecordTooLarge { base_offset: i64, size: u64, limit: usize },
     /// A structure that decoded but left bytes it does not account for.
     #[error("{remaining} trailing bytes after {context}")]
     TrailingBytes { context: &'static str, remaining: usize },

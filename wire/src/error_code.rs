@@ -184,7 +184,7 @@ impl KafkaCode {
 
     fn entry(self) -> Option<&'static (i16, &'static str, bool)> {
         // Codes are dense from -1; index directly, then confirm.
-        let idx = usize::try_from(i32::from(self.0) + 1).ok()?;
+        let idx = usize::try_from(i32::from(self.0).checked_add(1)?).ok()?;
         ERROR_CODES.get(idx).filter(|e| e.0 == self.0)
     }
 

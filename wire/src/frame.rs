@@ -52,10 +52,9 @@ impl FrameDecoder {
         let Some(len) = self.frame_len(input)? else {
             return Ok(None);
         };
-        if input.len() < 4 + len {
-            return Ok(None);
-        }
-        Ok(Some((&input[4..4 + len], 4 + len)))
+        // `len` is at most the cap, far from `usize::MAX`.
+        let used = len.saturating_add(4);
+        Ok(input.get(4..used).map(|frame| (frame, used)))
     }
 
     /// Like [`decode`](Self::decode) but splits the frame off a `BytesMut`
@@ -64,10 +63,11 @@ impl FrameDecoder {
         let Some(len) = self.frame_len(buf)? else {
             return Ok(None);
         };
-        if buf.len() < 4 + len {
+        let used = len.saturating_add(4);
+        if let Some(missing) = used.checked_sub(buf.len()).filter(|&m| m > 0) {
             // Reserve what the frame will need, now that the size is known to
             // be under the cap.
-            buf.reserve(4 + len - buf.len());
+            buf.reserve(missing);
             return Ok(None);
         }
         buf.advance(4);
@@ -75,10 +75,10 @@ impl FrameDecoder {
     }
 
     fn frame_len(&self, input: &[u8]) -> Result<Option<usize>> {
-        let Some(prefix) = input.get(..4) else {
+        let Some(prefix) = input.first_chunk::<4>() else {
             return Ok(None);
         };
-        let size = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+        let size = i32::from_be_bytes(*prefix);
         // The smallest valid frame is a response header v0: a correlation id.
         if size < 4 {
             return Err(Error::InvalidFrameSize { size });
@@ -120,6 +120,17 @@ pub fn encode_request<R: ApiRequest>(
     body: &R,
 ) -> Result<()> {
     R::check_version(version)?;
+    // Reserve the whole frame at once: a Produce request carries its record
+    // batches, and growing the buffer by doubling would copy them again and
+    // again. An error here surfaces from `encode` below.
+    let body_size = body.compute_size(version).unwrap_or(0);
+    // (Saturating: a reservation that large fails, as the frame would.)
+    let header_size = 4 + 2 + 2 + 4 + 2 + 1;
+    out.reserve(
+        body_size
+            .saturating_add(header_size)
+            .saturating_add(client_id.map_or(0, str::len)),
+    );
     let start = out.len();
     out.put_i32(0); // patched below
     out.put_i16(R::KEY as i16);
@@ -144,12 +155,15 @@ pub fn encode_request<R: ApiRequest>(
         version,
         message: e.to_string(),
     })?;
-    let size = out.len() - start - 4;
+    let Some((prefix, frame)) = out.get_mut(start..).and_then(<[u8]>::split_first_chunk_mut::<4>) else {
+        return Err(Error::truncated("request frame", 4, 0));
+    };
+    let size = frame.len();
     let size = i32::try_from(size).map_err(|_| Error::FrameTooLarge {
         size,
         max: i32::MAX as usize,
     })?;
-    out[start..start + 4].copy_from_slice(&size.to_be_bytes());
+    *prefix = size.to_be_bytes();
     Ok(())
 }
 
@@ -186,8 +200,8 @@ impl ResponseFrame {
     /// Just the correlation id at the front of a frame, for routing a frame
     /// to the request that is waiting for it before its API is known.
     pub fn peek_correlation_id(frame: &[u8]) -> Result<i32> {
-        match frame.get(..4) {
-            Some(b) => Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+        match frame.first_chunk::<4>() {
+            Some(b) => Ok(i32::from_be_bytes(*b)),
             None => Err(Error::truncated("response header correlation_id", 4, frame.len())),
         }
     }

@@ -16,7 +16,7 @@ use crate::codec::{DecodeResponse, Reader};
 use crate::compression::Compression;
 use crate::frame::{FrameDecoder, ResponseFrame};
 use crate::protocol::SPOKEN_APIS;
-use crate::record::{BatchIter, DecodeOptions, RecordBatch};
+use crate::record::{BatchIter, BatchStream, DecodeOptions, RecordBatch};
 
 fn decode_as<T: DecodeResponse>(body: &Bytes, version: i16) {
     let mut r = Reader::new(body);
@@ -49,6 +49,7 @@ const RESPONSES: &[ApiKey] = &[
     ApiKey::CreatePartitions,
     ApiKey::DescribeProducers,
     ApiKey::DescribeCluster,
+    ApiKey::OffsetForLeaderEpoch,
 ];
 
 /// Decodes `body` as the response of `key` at `version`.
@@ -88,6 +89,7 @@ pub fn decode_response_body(key: ApiKey, version: i16, body: &Bytes) {
         ApiKey::CreatePartitions => decode_as::<m::CreatePartitionsResponse>(body, version),
         ApiKey::DescribeProducers => decode_as::<m::DescribeProducersResponse>(body, version),
         ApiKey::DescribeCluster => decode_as::<m::DescribeClusterResponse>(body, version),
+        ApiKey::OffsetForLeaderEpoch => decode_as::<m::OffsetForLeaderEpochResponse>(body, version),
         _ => {}
     }
 }
@@ -166,6 +168,52 @@ pub fn record_batches(data: Bytes, verify_crc: bool) {
         assert_eq!(fast, slow, "fast and slow record parsers disagree");
     }
     let _ = RecordBatch::decode_exact(&data, &opts);
+    streamed_batches(data, &opts);
+}
+
+/// The consumer's path: each compressed batch inflated chunk by chunk
+/// ([`BatchStream`], 64-byte windows so records and length varints are cut
+/// everywhere) yields exactly the records of the whole batch whenever the
+/// whole batch decodes; and never panics or runs away otherwise (stopped
+/// after 2 MiB of windows: the property needs no more, the whole batch is
+/// capped at 1 MiB).
+fn streamed_batches(mut data: Bytes, opts: &DecodeOptions) {
+    while let Ok(Some((header, total))) = RecordBatch::peek(&data, opts) {
+        let bytes = data.split_to(total);
+        if header.compression().map_or(true, |c| c == Compression::None) {
+            continue;
+        }
+        let whole = RecordBatch::inflate(&bytes, header, opts).and_then(|b| b.decode_records());
+        let Ok(mut stream) = BatchStream::new(&bytes, header, 64, 1 << 20) else {
+            assert!(whole.is_err(), "the whole batch decodes, its stream does not start");
+            continue;
+        };
+        let mut streamed = Vec::new();
+        let mut inflated = 0usize;
+        let result = loop {
+            match stream.next_window() {
+                Ok(Some(w)) => {
+                    inflated += w.records_bytes().len();
+                    match w.decode_records() {
+                        Ok(r) => streamed.extend(r),
+                        Err(e) => break Err(e),
+                    }
+                    if inflated > 2 << 20 {
+                        break Ok(false);
+                    }
+                }
+                Ok(None) => break Ok(true),
+                Err(e) => break Err(e),
+            }
+        };
+        if let Ok(whole) = whole {
+            assert!(
+                matches!(result, Ok(true)),
+                "the whole batch decodes, its stream fails: {result:?}"
+            );
+            assert!(streamed == whole, "streamed records differ from the whole batch's");
+        }
+    }
 }
 
 /// Targets `decompress_*`.
@@ -177,6 +225,23 @@ pub fn decompress(codec: Compression, data: &[u8]) {
 /// Target `scram`: server-first and server-final parsing.
 pub fn scram(data: &[u8]) {
     crate::sasl::fuzzing::scram_server_messages(data);
+}
+
+/// Target `confluent_frame`: the Schema Registry framing, both layouts; a
+/// frame that decodes re-encodes to the same bytes.
+pub fn confluent_frame(data: &[u8]) {
+    for protobuf in [false, true] {
+        if let Ok(f) = crate::confluent::decode(data, protobuf) {
+            let mut out = Vec::new();
+            crate::confluent::encode(
+                f.schema_id,
+                protobuf.then_some(&f.message_indexes[..]),
+                f.payload,
+                &mut out,
+            );
+            assert_eq!(crate::confluent::decode(&out, protobuf).unwrap(), f);
+        }
+    }
 }
 
 /// Replays the committed corpus (`fuzz/corpus/<target>/`) through the same
@@ -211,6 +276,7 @@ mod corpus_replay {
         "scram",
         "fetch",
         "produce",
+        "confluent_frame",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -228,6 +294,7 @@ mod corpus_replay {
                 crate::fetcher::fuzzing::fetch(data);
             }
             "produce" => produce(data),
+            "confluent_frame" => confluent_frame(data),
             other => panic!("unknown target {other}"),
         }
     }
@@ -513,6 +580,7 @@ mod corpus_replay {
             ApiKey::SaslHandshake,
             ApiKey::SaslAuthenticate,
             ApiKey::CreateTopics,
+            ApiKey::OffsetForLeaderEpoch,
         ] {
             assert!(RESPONSES.contains(&required), "{required:?}");
         }

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::ProduceResponse;
 
 use crate::error_code::KafkaCode;
@@ -150,10 +151,10 @@ const MAX_MESSAGE: usize = 1024;
 
 fn bounded(mut s: String) -> String {
     if s.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = (0..=MAX_MESSAGE)
+            .rev()
+            .find(|&end| s.is_char_boundary(end))
+            .unwrap_or(0);
         s.truncate(end);
     }
     s
@@ -170,17 +171,17 @@ pub fn handle_produce_response(sent: &[SentBatch<'_>], response: &ProduceRespons
     }
     // Which response entry (topic, partition index) answers each batch;
     // None = not seen yet.
-    type Found = Option<Result<(usize, usize), InvalidAnswer>>;
-    let mut answer: Vec<Found> = vec![None; sent.len()];
+    type Found<'r> = Option<Result<&'r PartitionProduceResponse, InvalidAnswer>>;
+    let mut answer: Vec<Found<'_>> = vec![None; sent.len()];
     let mut unexpected = 0usize;
-    for (ti, t) in response.responses.iter().enumerate() {
+    for t in &response.responses {
         let name: &str = t.name.0.as_str();
-        for (pi, p) in t.partition_responses.iter().enumerate() {
-            match index.get(&(name, p.index)) {
+        for p in &t.partition_responses {
+            match index.get(&(name, p.index)).and_then(|&i| answer.get_mut(i)) {
                 None => unexpected = unexpected.saturating_add(1),
-                Some(&i) => {
-                    answer[i] = Some(match answer[i] {
-                        None => Ok((ti, pi)),
+                Some(slot) => {
+                    *slot = Some(match slot {
+                        None => Ok(p),
                         Some(_) => Err(InvalidAnswer::Duplicated),
                     });
                 }
@@ -193,11 +194,10 @@ pub fn handle_produce_response(sent: &[SentBatch<'_>], response: &ProduceRespons
         .map(|(b, a)| match a {
             None => BatchOutcome::Invalid(InvalidAnswer::Missing),
             Some(Err(e)) => BatchOutcome::Invalid(e),
-            Some(Ok((ti, pi))) => {
-                let p = &response.responses[ti].partition_responses[pi];
+            Some(Ok(p)) => {
                 if p.error_code == 0 {
                     let count = i64::from(b.record_count.max(1));
-                    if p.base_offset < 0 || p.base_offset > i64::MAX - count {
+                    if p.base_offset < 0 || p.base_offset.checked_add(count).is_none() {
                         BatchOutcome::Invalid(InvalidAnswer::NoBaseOffset)
                     } else {
                         BatchOutcome::Delivered {
@@ -242,15 +242,16 @@ const BATCH_HEADER: usize = 61;
 /// batch that the broker certainly did not write takes the sequence numbers
 /// a refused batch before it gave back. The batch's records are unchanged.
 pub fn rewrite_base_sequence(batch: &mut [u8], base_sequence: i32) -> crate::Result<()> {
-    if batch.len() < BATCH_HEADER {
+    let len = batch.len();
+    let Some((header, records)) = batch.split_first_chunk_mut::<BATCH_HEADER>() else {
         return Err(crate::Error::Invalid {
             context: "record batch",
-            message: format!("{} bytes is shorter than a batch header", batch.len()),
+            message: format!("{len} bytes is shorter than a batch header"),
         });
-    }
-    batch[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4].copy_from_slice(&base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
-    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    };
+    header[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[ATTRIBUTES_OFFSET..]), records);
+    header[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
 }
 

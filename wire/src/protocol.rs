@@ -72,6 +72,7 @@ api_requests! {
     ProduceRequest => ProduceResponse, Produce, "Produce", 3..=13;
     FetchRequest => FetchResponse, Fetch, "Fetch", 4..=18;
     ListOffsetsRequest => ListOffsetsResponse, ListOffsets, "ListOffsets", 1..=10;
+    OffsetForLeaderEpochRequest => OffsetForLeaderEpochResponse, OffsetForLeaderEpoch, "OffsetForLeaderEpoch", 2..=4;
     OffsetFetchRequest => OffsetFetchResponse, OffsetFetch, "OffsetFetch", 1..=9;
     OffsetCommitRequest => OffsetCommitResponse, OffsetCommit, "OffsetCommit", 2..=9;
     FindCoordinatorRequest => FindCoordinatorResponse, FindCoordinator, "FindCoordinator", 0..=6;
@@ -182,7 +183,7 @@ pub fn api_versions_retry_version(error_body: &Bytes, attempted: i16) -> Option<
     if attempted <= m::ApiVersionsRequest::VERSIONS.min {
         return None;
     }
-    let ceiling = (attempted - 1).min(m::ApiVersionsRequest::VERSIONS.max);
+    let ceiling = attempted.checked_sub(1)?.min(m::ApiVersionsRequest::VERSIONS.max);
     let listed = [0, attempted]
         .into_iter()
         .find_map(|version| {
@@ -220,7 +221,7 @@ fn librdkafka_mock_api_versions(body: &Bytes) -> Option<Vec<(i16, i16, i16)>> {
     let mut r = Reader::new(body);
     r.i16("error_code").ok()?;
     let count = usize::try_from(r.i8("count").ok()?).ok()?;
-    if r.remaining() != count * 6 + 4 {
+    if count.checked_mul(6).and_then(|n| n.checked_add(4)) != Some(r.remaining()) {
         return None;
     }
     let entries = (0..count)

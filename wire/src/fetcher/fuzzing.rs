@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchResponse, ProducerId, TopicName};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::{FetchResponse, OffsetForLeaderEpochResponse, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Fetcher, FetcherConfig, IsolationLevel};
-use crate::record::RecordBatch;
 
 const TOPICS: [&str; 3] = ["a", "b", "unasked"];
 const CODES: [i16; 8] = [0, 0, 0, 1, 6, 3, 70, 87];
@@ -66,9 +66,12 @@ pub fn fetch(data: &[u8]) -> usize {
         },
         check_crcs: flags & 2 != 0,
         partition_max_bytes: 1 << 20,
-        max_batch_inflate: 1 << 20,
+        // Tiny: compressed batches stream in windows of a few records,
+        // and a record over 64 bytes is the per-record error.
+        max_batch_inflate: if flags & 16 != 0 { 64 } else { 1 << 20 },
         auto_reset: flags & 4 != 0,
         sessions: flags & 8 != 0,
+        preferred_replica_max_age_ms: 1_000,
     };
     let mut f = Fetcher::new(config);
     let parts: Vec<(&str, i32)> = vec![("a", 0), ("a", 1), ("b", 0)];
@@ -86,7 +89,8 @@ pub fn fetch(data: &[u8]) -> usize {
             return count;
         }
         let positions: Vec<Option<i64>> = parts.iter().map(|(t, p)| f.position(t, *p)).collect();
-        match op % 6 {
+        f.set_now(ops as u64 * 100);
+        match op % 8 {
             0 => {
                 let broker = i32::from(input.byte().unwrap_or(0) % 2);
                 let wanted: Vec<(Arc<str>, i32)> = f.fetchable();
@@ -142,6 +146,46 @@ pub fn fetch(data: &[u8]) -> usize {
                 let broker = i32::from(input.byte().unwrap_or(0) % 2);
                 f.handle_failure(broker);
             }
+            6 => {
+                // Metadata: a leader and an epoch (a change may stop the
+                // partition until its position is checked).
+                let sel = input.byte().unwrap_or(0);
+                let (t, p) = parts[usize::from(sel) % parts.len()];
+                let epoch = i32::from(input.byte().unwrap_or(0) % 8) - 1;
+                let _ = f.update_leader(t, p, i32::from((sel >> 4) % 2), epoch);
+                let _ = f.fetch_target(t, p, 0, |b| b < 2);
+            }
+            7 => {
+                // The position checks, answered from the input.
+                let requests = f.epoch_requests();
+                let Some((broker, request)) = requests.into_iter().next() else {
+                    continue;
+                };
+                let mut response = OffsetForLeaderEpochResponse::default();
+                for rt in &request.topics {
+                    let mut t = OffsetForLeaderTopicResult::default();
+                    t.topic = rt.topic.clone();
+                    for rp in &rt.partitions {
+                        let mut e = EpochEndOffset::default();
+                        e.partition = rp.partition;
+                        e.error_code = CODES[usize::from(input.byte().unwrap_or(0) % 8)];
+                        e.leader_epoch = i32::from(input.byte().unwrap_or(0) % 8) - 1;
+                        e.end_offset = input.small().unwrap_or(0);
+                        t.partitions.push(e);
+                    }
+                    response.topics.push(t);
+                }
+                let out = f.handle_epoch_response(broker, response);
+                for tr in &out.truncations {
+                    assert!(tr.divergent_offset < tr.position, "{tr}");
+                    if tr.reset {
+                        assert_eq!(f.position(&tr.topic, tr.partition), Some(tr.divergent_offset));
+                    }
+                    // Moved back on purpose: a truncation, reported.
+                    delivered.remove(&(tr.topic.to_string(), tr.partition));
+                }
+                continue;
+            }
             _ => {
                 let to = input.small().unwrap_or(0).max(0);
                 for (t, p) in f.unpositioned() {
@@ -183,6 +227,7 @@ fn response(input: &mut Input<'_>, f: &Fetcher) -> FetchResponse {
         let base = f.position(topic, partition).unwrap_or(0);
         let mut d = PartitionData::default();
         d.partition_index = partition;
+        d.preferred_read_replica = i32::from(sel >> 6).saturating_sub(1).into();
         d.error_code = CODES[usize::from(input.byte().unwrap_or(0) % 8)];
         d.high_watermark = base + input.small().unwrap_or(0);
         d.last_stable_offset = base + input.small().unwrap_or(0);
@@ -217,7 +262,7 @@ fn response(input: &mut Input<'_>, f: &Fetcher) -> FetchResponse {
 #[cfg(test)]
 pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     use crate::compression::Compression;
-    use crate::record::{BatchMeta, RecordBatchEncoder, RecordOut};
+    use crate::record::{BatchMeta, RecordBatch, RecordBatchEncoder, RecordOut};
     use bytes::BytesMut;
 
     let batch = |base: i64, n: usize, compression: Compression| {

@@ -12,14 +12,18 @@
 //! Nothing here touches a socket or a clock; the async consumer
 //! (`src/client/consumer.rs`) only moves bytes and time. That is what lets
 //! the `fetch` fuzz target drive it with arbitrary responses
-//! ([`fuzzing`], built under `cfg(fuzzing)`).
+//! (`fuzzing`, built under `cfg(fuzzing)`).
 //!
 //! What it guarantees, whatever the broker sends:
-//! - **Lazy inflation.** A response's record bytes are kept as they came
-//!   (compressed, a slice of the frame). A batch is inflated only when its
-//!   records are about to be handed over, one batch at a time, capped at
-//!   [`FetcherConfig::max_batch_inflate`]; batches that will not be delivered
-//!   (below the position, aborted, control) are skipped without inflating.
+//! - **Lazy, streamed inflation.** A response's record bytes are kept as
+//!   they came (compressed, a slice of the frame). A batch is inflated only
+//!   when its records are about to be handed over, and then chunk by chunk
+//!   ([`BatchStream`]: about [`INFLATE_CHUNK`] of whole records at a time,
+//!   a record larger than that in a window of its own, up to
+//!   [`FetcherConfig::max_batch_inflate`] per record), so a batch that
+//!   inflates to any size costs about one chunk plus its largest record;
+//!   batches that will not be delivered (below the position, aborted,
+//!   control) are skipped without inflating.
 //! - **Bounded polls.** [`Fetcher::take_records`] hands over at most
 //!   `max_records` records and `max_bytes` bytes of keys, values and headers
 //!   — except that a first record larger than `max_bytes` still arrives,
@@ -36,10 +40,24 @@
 //!   already holding undelivered data is ignored.
 //! - **One fetch per broker in flight**, and a partition with buffered data
 //!   is not fetched again until it is consumed.
-//! - **Fetch sessions** ([KIP-227], [`session`]) per broker.
+//! - **Fetch sessions** ([KIP-227], `session`) per broker.
+//! - **Leader epochs** ([KIP-320], `leader`): each partition's fetch names
+//!   the leader epoch the metadata gave (`current_leader_epoch`), the
+//!   position remembers the epoch of the batch it follows, and after a
+//!   leader change the position is checked with OffsetForLeaderEpoch before
+//!   the partition is fetched again: a log truncated below it is reported
+//!   (or, with a reset policy, the position moves back to where the logs
+//!   diverge), never silently re-read or skipped.
+//! - **Fetching from the closest replica** ([KIP-392], `leader`): with a
+//!   client rack set, the broker's `preferred_read_replica` is followed
+//!   until it fails, or until it is older than
+//!   [`FetcherConfig::preferred_replica_max_age_ms`]; then the leader again.
 //!
+//! [KIP-320]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-320%3A+Allow+fetchers+to+detect+and+handle+log+truncation
+//! [KIP-392]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-392%3A+Allow+consumers+to+fetch+from+closest+replica
 //! [KIP-227]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-227%3A+Introduce+Incremental+FetchRequests+to+Increase+Partition+Scalability
 
+mod leader;
 mod session;
 
 #[cfg(any(fuzzing, test))]
@@ -55,9 +73,13 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, Forgot
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::compression::Compression;
 use crate::error_code::KafkaCode;
-use crate::record::{BatchHeader, ControlKind, DecodeOptions, Record, RecordBatch, RecordCursor};
+use crate::record::{
+    BatchHeader, BatchStream, ControlKind, DecodeOptions, Record, RecordBatch, RecordCursor, INFLATE_CHUNK,
+};
 
+pub use leader::{EpochValidationOutcome, LogTruncation};
 pub use session::{FetchSession, FINAL_EPOCH, INITIAL_EPOCH};
 use session::{SessionPartition, SessionPlan};
 
@@ -125,15 +147,22 @@ pub struct FetcherConfig {
     pub check_crcs: bool,
     /// `max.partition.fetch.bytes`.
     pub partition_max_bytes: i32,
-    /// The most bytes one batch may inflate to; a batch that inflates
-    /// further is a corrupt-record error. This bounds the memory one
-    /// compressed batch can take.
+    /// The most bytes one record of a compressed batch may inflate to (a
+    /// larger one is a corrupt-record error, [`crate::Error::RecordTooLarge`]);
+    /// also the largest single decoding step (a raw snappy block, an lz4
+    /// block, the zstd window kept) and the chunk bound when below
+    /// [`INFLATE_CHUNK`]. Batches themselves may inflate to any size: they
+    /// are streamed. A control batch (a transaction marker, a few bytes)
+    /// is inflated whole under this bound.
     pub max_batch_inflate: usize,
     /// An out-of-range offset unpositions the partition (to be reset by
     /// `auto.offset.reset`) instead of being an error.
     pub auto_reset: bool,
     /// Use fetch sessions (KIP-227).
     pub sessions: bool,
+    /// How long a broker's `preferred_read_replica` (KIP-392) is followed
+    /// before the leader is asked again (Java: `metadata.max.age.ms`).
+    pub preferred_replica_max_age_ms: u64,
 }
 
 impl Default for FetcherConfig {
@@ -145,6 +174,7 @@ impl Default for FetcherConfig {
             max_batch_inflate: 64 * 1024 * 1024,
             auto_reset: true,
             sessions: true,
+            preferred_replica_max_age_ms: 5 * 60 * 1000,
         }
     }
 }
@@ -179,6 +209,10 @@ pub enum FetchError {
     /// A response-level error.
     #[error("fetch failed: {code}")]
     Response { code: KafkaCode },
+    /// The log was truncated below the position after a leader change
+    /// (KIP-320) and no reset policy is set.
+    #[error("{0}")]
+    LogTruncation(LogTruncation),
     /// Only part of a batch arrived and nothing else: a size limit on our
     /// side cut it (the broker always sends a first batch whole, KIP-74).
     #[error("partial record batch of {size} bytes in {topic}[{partition}] (max.partition.fetch.bytes = {limit})")]
@@ -200,7 +234,9 @@ impl FetchError {
     }
 }
 
-/// The codes that mean our metadata is stale.
+/// The codes that mean our metadata is stale (or, from a follower we were
+/// sent to, that it cannot serve us: `REPLICA_NOT_AVAILABLE`,
+/// `KAFKA_STORAGE_ERROR`, `OFFSET_NOT_AVAILABLE`, as Java's fetcher).
 pub fn needs_metadata_refresh(code: KafkaCode) -> bool {
     matches!(
         code,
@@ -209,7 +245,37 @@ pub fn needs_metadata_refresh(code: KafkaCode) -> bool {
             | KafkaCode::LEADER_NOT_AVAILABLE
             | KafkaCode::FENCED_LEADER_EPOCH
             | KafkaCode::UNKNOWN_LEADER_EPOCH
-    )
+    ) || matches!(code.0, 9 | 56 | 78)
+}
+
+/// Sorts a partition's (non-OK) error `code`: stale metadata (the topic to
+/// refresh, retry), retriable (retry), or an error to report. Returns
+/// whether it is the last: not to be retried.
+fn partition_error(
+    code: KafkaCode,
+    topic: &Arc<str>,
+    partition: i32,
+    refresh: &mut Vec<Arc<str>>,
+    retriable: &mut bool,
+    errors: &mut Vec<FetchError>,
+) -> bool {
+    if needs_metadata_refresh(code) {
+        if !refresh.contains(topic) {
+            refresh.push(topic.clone());
+        }
+        *retriable = true;
+        false
+    } else if code.is_retriable() {
+        *retriable = true;
+        false
+    } else {
+        errors.push(FetchError::Partition {
+            topic: topic.clone(),
+            partition,
+            code,
+        });
+        true
+    }
 }
 
 /// `FETCH_SESSION_ID_NOT_FOUND`, `INVALID_FETCH_SESSION_EPOCH`,
@@ -263,6 +329,8 @@ struct Assigned {
     in_flight: Option<i32>,
     /// A fetch at this offset was answered with data that yielded nothing.
     fruitless_at: Option<i64>,
+    /// Leader, epochs, validation and preferred replica ([`leader`]).
+    replica: leader::ReplicaState,
 }
 
 /// A partition's fetched, undelivered data (Java's `CompletedFetch`).
@@ -272,8 +340,10 @@ struct Buffered {
     fetch_offset: i64,
     /// Whole batches not yet looked at, as received (compressed).
     rest: Bytes,
-    /// The batch being handed over, inflated, and where we are in it.
-    current: Option<(RecordBatch, RecordCursor)>,
+    /// The batch being handed over: its current window of inflated
+    /// records, where we are in it, and (compressed) the stream the next
+    /// windows come from.
+    current: Option<Current>,
     /// Nothing at or past this is delivered (HWM, or LSO).
     upper: i64,
     /// Aborted transactions not yet reached: (first offset, producer id).
@@ -285,6 +355,15 @@ struct Buffered {
     /// An error reached after records were handed over in the same poll;
     /// reported by the next take.
     error: Option<FetchError>,
+}
+
+/// The batch whose records are being handed over.
+#[derive(Debug)]
+struct Current {
+    /// The whole batch (uncompressed) or its current window (compressed).
+    batch: RecordBatch,
+    cursor: RecordCursor,
+    stream: Option<Box<BatchStream>>,
 }
 
 /// What was sent to one broker.
@@ -304,6 +383,10 @@ pub struct Fetcher {
     ready: VecDeque<usize>,
     sessions: BTreeMap<i32, FetchSession>,
     in_flight: BTreeMap<i32, SentFetch>,
+    /// The caller's clock (ms), as last given to [`Fetcher::set_now`].
+    now_ms: u64,
+    /// `client.rack` (empty: none), [`Fetcher::set_client_rack`].
+    rack_id: StrBytes,
 }
 
 enum Step {
@@ -329,6 +412,8 @@ impl Fetcher {
             ready: VecDeque::new(),
             sessions: BTreeMap::new(),
             in_flight: BTreeMap::new(),
+            now_ms: 0,
+            rack_id: StrBytes::default(),
         }
     }
 
@@ -364,6 +449,7 @@ impl Fetcher {
                     buffered: None,
                     in_flight: None,
                     fruitless_at: None,
+                    replica: leader::ReplicaState::default(),
                 }),
             }
         }
@@ -410,6 +496,7 @@ impl Fetcher {
         a.position = offset;
         a.buffered = None;
         a.fruitless_at = None;
+        a.replica.seeked();
         self.ready.retain(|&r| r != i);
         true
     }
@@ -428,7 +515,7 @@ impl Fetcher {
     pub fn fetchable(&self) -> Vec<(Arc<str>, i32)> {
         self.assigned
             .iter()
-            .filter(|a| a.position.is_some() && a.buffered.is_none() && a.in_flight.is_none())
+            .filter(|a| a.position.is_some() && a.buffered.is_none() && a.in_flight.is_none() && a.replica.fetchable())
             .map(|a| (a.topic.clone(), a.partition))
             .collect()
     }
@@ -468,7 +555,8 @@ impl Fetcher {
         for (t, p) in partitions {
             let Some(i) = self.index(t, *p) else { continue };
             let a = &self.assigned[i];
-            let (Some(position), None, None) = (a.position, &a.buffered, a.in_flight) else {
+            let (Some(position), None, None, true) = (a.position, &a.buffered, a.in_flight, a.replica.fetchable())
+            else {
                 continue;
             };
             if wanted.iter().any(|(wt, wp, _)| wt == t && wp == p) {
@@ -480,6 +568,7 @@ impl Fetcher {
                 SessionPartition {
                     fetch_offset: position,
                     max_bytes: self.config.partition_max_bytes,
+                    current_leader_epoch: a.replica.current_leader_epoch(),
                 },
             ));
         }
@@ -501,7 +590,7 @@ impl Fetcher {
             fp.partition = *p;
             fp.fetch_offset = sp.fetch_offset;
             fp.partition_max_bytes = sp.max_bytes;
-            fp.current_leader_epoch = -1;
+            fp.current_leader_epoch = sp.current_leader_epoch;
             fp.log_start_offset = -1;
             match topics.iter_mut().find(|ft| ft.topic.0.as_str() == &**t) {
                 Some(ft) => ft.partitions.push(fp),
@@ -535,6 +624,7 @@ impl Fetcher {
         request.session_epoch = plan.epoch;
         request.topics = topics;
         request.forgotten_topics_data = forgotten;
+        request.rack_id = self.rack_id.clone();
         self.in_flight.insert(broker, SentFetch { plan, expected });
         Some(request)
     }
@@ -543,6 +633,7 @@ impl Fetcher {
     /// timeout, cancelled): its partitions become fetchable again and the
     /// session starts over with a full fetch.
     pub fn handle_failure(&mut self, broker: i32) {
+        self.forget_preferred_replica(broker);
         if let Some(sent) = self.in_flight.remove(&broker) {
             self.clear_in_flight(broker, &sent);
         }
@@ -582,6 +673,14 @@ impl Fetcher {
             out.session_reset = true;
             if is_session_error(code) {
                 // Answered by the full fetch that follows.
+            } else if needs_metadata_refresh(code) {
+                // Stale leadership for the whole request: every topic in it.
+                for (t, _) in sent.expected.keys() {
+                    if !out.refresh_metadata.contains(t) {
+                        out.refresh_metadata.push(t.clone());
+                    }
+                }
+                out.retriable_error = true;
             } else if code.is_retriable() {
                 out.retriable_error = true;
             } else {
@@ -619,12 +718,27 @@ impl Fetcher {
                 };
                 let read_committed = self.config.isolation == IsolationLevel::ReadCommitted;
                 let auto_reset = self.config.auto_reset;
+                let (now_ms, preferred_max_age) = (self.now_ms, self.config.preferred_replica_max_age_ms);
                 let a = &mut self.assigned[i];
-                if a.position != Some(fetch_offset) || a.buffered.is_some() {
+                // Stale (moved, already holding data), or waiting for its
+                // position to be checked against a new leader (KIP-320).
+                if a.position != Some(fetch_offset) || a.buffered.is_some() || !a.replica.fetchable() {
                     out.ignored += 1;
                     continue;
                 }
                 let code = KafkaCode(data.error_code);
+                // KIP-392: an error clears the preferred replica (the next
+                // fetch goes to the leader); from a broker that is not the
+                // leader, an out-of-range offset is the follower lagging,
+                // not ours to reset (Java's fetcher).
+                let from_follower = a.replica.is_follower(broker);
+                if !code.is_ok() {
+                    a.replica.clear_preferred();
+                }
+                if code == KafkaCode::OFFSET_OUT_OF_RANGE && from_follower {
+                    out.retriable_error = true;
+                    continue;
+                }
                 if code == KafkaCode::OFFSET_OUT_OF_RANGE {
                     if auto_reset {
                         a.position = None;
@@ -639,21 +753,20 @@ impl Fetcher {
                     continue;
                 }
                 if !code.is_ok() {
-                    if needs_metadata_refresh(code) {
-                        if !out.refresh_metadata.contains(&a.topic) {
-                            out.refresh_metadata.push(a.topic.clone());
-                        }
-                        out.retriable_error = true;
-                    } else if code.is_retriable() {
-                        out.retriable_error = true;
-                    } else {
-                        out.errors.push(FetchError::Partition {
-                            topic: a.topic.clone(),
-                            partition: a.partition,
-                            code,
-                        });
-                    }
+                    partition_error(
+                        code,
+                        &a.topic,
+                        a.partition,
+                        &mut out.refresh_metadata,
+                        &mut out.retriable_error,
+                        &mut out.errors,
+                    );
                     continue;
+                }
+                let preferred = data.preferred_read_replica.0;
+                if preferred >= 0 && preferred != broker {
+                    a.replica
+                        .set_preferred(preferred, now_ms.saturating_add(preferred_max_age));
                 }
                 a.high_watermark = data.high_watermark;
                 a.last_stable_offset = data.last_stable_offset;
@@ -765,6 +878,7 @@ impl Fetcher {
             partition,
             position,
             buffered,
+            replica,
             ..
         } = &mut self.assigned[i];
         let Some(b) = buffered.as_mut() else {
@@ -774,57 +888,83 @@ impl Fetcher {
             return Ok(Drained::NoBatch);
         };
         let upper = b.upper;
-        let Some((batch, cursor)) = b.current.as_mut() else {
+        let Some(current) = b.current.as_mut() else {
             return Ok(Drained::NoBatch);
         };
-        let h = batch.header;
+        let h = current.batch.header;
+        let start = pos;
         let mut pos = pos;
-        let mut it = batch.records_at(*cursor);
         let mut delivered = false;
-        let result = loop {
-            if out.len() >= max_records {
-                *cursor = it.cursor();
-                break Ok(Drained::BoundReached);
+        let result = 'windows: loop {
+            let Current { batch, cursor, stream } = &mut *current;
+            let mut it = batch.records_at(*cursor);
+            let window = loop {
+                if out.len() >= max_records {
+                    *cursor = it.cursor();
+                    break Some(Ok(Drained::BoundReached));
+                }
+                let before = it.cursor();
+                match it.next() {
+                    None => break None,
+                    Some(Err(e)) => {
+                        break Some(Err(FetchError::Corrupt {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            offset: pos,
+                            source: Arc::new(e),
+                        }))
+                    }
+                    Some(Ok(r)) => {
+                        if r.offset < pos {
+                            // Below the position, or going backwards: never
+                            // handed over.
+                            continue;
+                        }
+                        if r.offset >= upper {
+                            break Some(Ok(Drained::BatchDone));
+                        }
+                        let record = batch.to_owned_record(&r);
+                        let size = record_size(&record);
+                        if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
+                            *cursor = before;
+                            break Some(Ok(Drained::BoundReached));
+                        }
+                        *bytes = bytes.saturating_add(size);
+                        pos = r.offset.saturating_add(1);
+                        delivered = true;
+                        out.push(ConsumerRecord {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            record,
+                            batch: h,
+                        });
+                        if *bytes >= max_bytes {
+                            *cursor = it.cursor();
+                            break Some(Ok(Drained::BoundReached));
+                        }
+                    }
+                }
+            };
+            if let Some(r) = window {
+                break 'windows r;
             }
-            let before = it.cursor();
-            match it.next() {
-                None => break Ok(Drained::BatchDone),
-                Some(Err(e)) => {
-                    break Err(FetchError::Corrupt {
+            // The window is done: the next one of a streamed batch, if any.
+            let Some(s) = stream.as_mut() else {
+                break 'windows Ok(Drained::BatchDone);
+            };
+            match s.next_window() {
+                Ok(Some(next)) => {
+                    *cursor = RecordCursor::start(&next);
+                    *batch = next;
+                }
+                Ok(None) => break 'windows Ok(Drained::BatchDone),
+                Err(e) => {
+                    break 'windows Err(FetchError::Corrupt {
                         topic: topic.clone(),
                         partition: *partition,
                         offset: pos,
                         source: Arc::new(e),
                     })
-                }
-                Some(Ok(r)) => {
-                    if r.offset < pos {
-                        // Below the position, or going backwards: never
-                        // handed over.
-                        continue;
-                    }
-                    if r.offset >= upper {
-                        break Ok(Drained::BatchDone);
-                    }
-                    let record = batch.to_owned_record(&r);
-                    let size = record_size(&record);
-                    if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
-                        *cursor = before;
-                        break Ok(Drained::BoundReached);
-                    }
-                    *bytes = bytes.saturating_add(size);
-                    pos = r.offset.saturating_add(1);
-                    delivered = true;
-                    out.push(ConsumerRecord {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        record,
-                        batch: h,
-                    });
-                    if *bytes >= max_bytes {
-                        *cursor = it.cursor();
-                        break Ok(Drained::BoundReached);
-                    }
                 }
             }
         };
@@ -840,6 +980,9 @@ impl Fetcher {
             }
         }
         *position = Some(pos);
+        if pos > start {
+            replica.moved_past(&h);
+        }
         if delivered {
             b.delivered_any = true;
         }
@@ -895,11 +1038,12 @@ impl Fetcher {
             b.rest = Bytes::new();
             return Ok(Step::Moved);
         }
-        let skip_whole = |b: &mut Buffered, a_pos: &mut Option<i64>| {
+        let skip_whole = |b: &mut Buffered, a_pos: &mut Option<i64>, replica: &mut leader::ReplicaState| {
             let next = h.next_offset();
             if next <= b.upper {
                 if next > position {
                     *a_pos = Some(next);
+                    replica.moved_past(&h);
                 }
             } else {
                 // Would move past the bound: stop here, ask again later.
@@ -922,21 +1066,43 @@ impl Fetcher {
                 if matches!(control.map(|c| c.kind), Some(ControlKind::Abort)) {
                     b.aborted_producers.remove(&h.producer_id);
                 }
-                skip_whole(b, &mut a.position);
+                skip_whole(b, &mut a.position, &mut a.replica);
                 return Ok(Step::Moved);
             }
             if h.is_transactional() && b.aborted_producers.contains(&h.producer_id) {
-                skip_whole(b, &mut a.position);
+                skip_whole(b, &mut a.position, &mut a.replica);
                 return Ok(Step::Moved);
             }
         }
         if h.is_control() {
-            skip_whole(b, &mut a.position);
+            skip_whole(b, &mut a.position, &mut a.replica);
             return Ok(Step::Moved);
         }
-        let batch = RecordBatch::inflate(&bytes, h, &opts).map_err(|e| corrupt(h.base_offset.max(position), e))?;
-        let cursor = RecordCursor::start(&batch);
-        b.current = Some((batch, cursor));
+        let at = h.base_offset.max(position);
+        let compressed = h.compression().map_or(true, |c| c != Compression::None);
+        let current = if compressed {
+            let chunk = INFLATE_CHUNK.min(self.config.max_batch_inflate);
+            let mut stream =
+                BatchStream::new(&bytes, h, chunk, self.config.max_batch_inflate).map_err(|e| corrupt(at, e))?;
+            let Some(batch) = stream.next_window().map_err(|e| corrupt(at, e))? else {
+                // No records: move past the batch.
+                skip_whole(b, &mut a.position, &mut a.replica);
+                return Ok(Step::Moved);
+            };
+            Current {
+                cursor: RecordCursor::start(&batch),
+                batch,
+                stream: Some(Box::new(stream)),
+            }
+        } else {
+            let batch = RecordBatch::inflate(&bytes, h, &opts).map_err(|e| corrupt(at, e))?;
+            Current {
+                cursor: RecordCursor::start(&batch),
+                batch,
+                stream: None,
+            }
+        };
+        b.current = Some(current);
         Ok(Step::Moved)
     }
 }

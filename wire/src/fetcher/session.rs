@@ -22,11 +22,13 @@ pub const FINAL_EPOCH: i32 = -1;
 /// The session epoch that asks the broker for a new session.
 pub const INITIAL_EPOCH: i32 = 0;
 
-/// A partition as the session knows it: the offset and size last sent.
+/// A partition as the session knows it: the offset, size and leader epoch
+/// last sent (a changed epoch is listed again, as a changed offset is).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SessionPartition {
     pub fetch_offset: i64,
     pub max_bytes: i32,
+    pub current_leader_epoch: i32,
 }
 
 /// One broker's session state.

@@ -24,6 +24,7 @@ mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
 mod sasl_authenticate;
 mod sasl_handshake;

@@ -6,7 +6,7 @@ use super::{
     BatchHeader, ControlKind, ControlRecord, ATTRIBUTES_OFFSET, BATCH_HEADER_LEN, CRC_OFFSET, LOG_OVERHEAD,
     MAGIC_OFFSET, MIN_RECORD_LEN,
 };
-use crate::codec::{read_varint, read_varlong};
+use crate::codec::{read_varint, read_varlong, zigzag32, zigzag64};
 use crate::compression::{self, Compression};
 use crate::error::{Error, Result};
 
@@ -42,23 +42,45 @@ pub struct RecordBatch {
     pub header: BatchHeader,
     compression: Compression,
     /// The record section, uncompressed. For an uncompressed batch this is a
-    /// slice of the input; for a compressed one, the inflated buffer.
+    /// slice of the input; for a compressed one, the inflated buffer (or,
+    /// streamed, one window of whole records: [`super::BatchStream`]).
     records: Bytes,
+    /// How many records `records` holds: the header's count, or a
+    /// window's.
+    count: u32,
 }
 
+/// The `N` bytes at `at` in `b`, or a typed error naming `context` when
+/// `b` is too short (callers check the length first: this is the bound the
+/// optimiser folds away).
 #[inline]
-fn be_i16(b: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([b[at], b[at + 1]])
+fn be_bytes<const N: usize>(b: &[u8], at: usize, context: &'static str) -> Result<[u8; N]> {
+    match b.get(at..).and_then(<[u8]>::first_chunk::<N>) {
+        Some(a) => Ok(*a),
+        None => Err(Error::truncated(context, at.saturating_add(N), b.len())),
+    }
 }
 #[inline]
-fn be_i32(b: &[u8], at: usize) -> i32 {
-    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+fn be_i16(b: &[u8], at: usize, context: &'static str) -> Result<i16> {
+    be_bytes(b, at, context).map(i16::from_be_bytes)
 }
 #[inline]
-fn be_i64(b: &[u8], at: usize) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    i64::from_be_bytes(a)
+fn be_i32(b: &[u8], at: usize, context: &'static str) -> Result<i32> {
+    be_bytes(b, at, context).map(i32::from_be_bytes)
+}
+#[inline]
+fn be_i64(b: &[u8], at: usize, context: &'static str) -> Result<i64> {
+    be_bytes(b, at, context).map(i64::from_be_bytes)
+}
+
+/// The base offset and batch length at the front of a batch.
+#[inline]
+fn split_log_overhead(b: &[u8; LOG_OVERHEAD]) -> (i64, i32) {
+    let [o0, o1, o2, o3, o4, o5, o6, o7, l0, l1, l2, l3] = *b;
+    (
+        i64::from_be_bytes([o0, o1, o2, o3, o4, o5, o6, o7]),
+        i32::from_be_bytes([l0, l1, l2, l3]),
+    )
 }
 
 impl RecordBatch {
@@ -82,15 +104,14 @@ impl RecordBatch {
     /// records are about to be handed over ([`inflate`](Self::inflate)).
     pub fn peek(input: &[u8], opts: &DecodeOptions) -> Result<Option<(BatchHeader, usize)>> {
         let b: &[u8] = input;
-        if b.len() < LOG_OVERHEAD {
+        let Some(overhead) = b.first_chunk::<LOG_OVERHEAD>() else {
             return Ok(None);
-        }
-        let base_offset = be_i64(b, 0);
-        let batch_length = be_i32(b, 8);
+        };
+        let (base_offset, batch_length) = split_log_overhead(overhead);
         // Magic sits at the same place in every format; a legacy message set
         // is refused whatever its length says.
-        if b.len() > MAGIC_OFFSET {
-            let magic = b[MAGIC_OFFSET] as i8;
+        if let Some(&magic) = b.get(MAGIC_OFFSET) {
+            let magic = magic as i8;
             if magic != 2 {
                 return Err(Error::UnsupportedMagic { base_offset, magic });
             }
@@ -102,26 +123,22 @@ impl RecordBatch {
                 limit: b.len().saturating_sub(LOG_OVERHEAD),
             });
         }
-        let total = LOG_OVERHEAD + batch_length as usize;
+        // batch_length >= 49 here, and an i32 plus 12 fits a usize.
+        let total = (batch_length as usize).saturating_add(LOG_OVERHEAD);
         if total > opts.max_batch_size {
             return Err(Error::LengthOutOfBounds {
                 context: "record batch length",
                 length: i64::from(batch_length),
-                limit: opts.max_batch_size - LOG_OVERHEAD.min(opts.max_batch_size),
+                limit: opts.max_batch_size.saturating_sub(LOG_OVERHEAD),
             });
         }
-        if b.len() < total {
+        let Some(batch) = b.get(..total) else {
             return Ok(None);
-        }
-        let batch = &b[..total];
-        let crc = u32::from_be_bytes([
-            batch[CRC_OFFSET],
-            batch[CRC_OFFSET + 1],
-            batch[CRC_OFFSET + 2],
-            batch[CRC_OFFSET + 3],
-        ]);
+        };
+        let context = "record batch header";
+        let crc = u32::from_be_bytes(be_bytes(batch, CRC_OFFSET, context)?);
         if opts.verify_crc {
-            let computed = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+            let computed = crc32c::crc32c(batch.get(ATTRIBUTES_OFFSET..).unwrap_or_default());
             if computed != crc {
                 return Err(Error::CrcMismatch {
                     base_offset,
@@ -133,17 +150,17 @@ impl RecordBatch {
         let header = BatchHeader {
             base_offset,
             batch_length,
-            partition_leader_epoch: be_i32(batch, 12),
+            partition_leader_epoch: be_i32(batch, 12, context)?,
             magic: 2,
             crc,
-            attributes: be_i16(batch, 21),
-            last_offset_delta: be_i32(batch, 23),
-            base_timestamp: be_i64(batch, 27),
-            max_timestamp: be_i64(batch, 35),
-            producer_id: be_i64(batch, 43),
-            producer_epoch: be_i16(batch, 51),
-            base_sequence: be_i32(batch, 53),
-            record_count: be_i32(batch, 57),
+            attributes: be_i16(batch, 21, context)?,
+            last_offset_delta: be_i32(batch, 23, context)?,
+            base_timestamp: be_i64(batch, 27, context)?,
+            max_timestamp: be_i64(batch, 35, context)?,
+            producer_id: be_i64(batch, 43, context)?,
+            producer_epoch: be_i16(batch, 51, context)?,
+            base_sequence: be_i32(batch, 53, context)?,
+            record_count: be_i32(batch, 57, context)?,
         };
         if header.record_count < 0 {
             return Err(Error::RecordCountMismatch {
@@ -183,7 +200,18 @@ impl RecordBatch {
             header,
             compression,
             records,
+            count: header.record_count as u32,
         })
+    }
+
+    /// A window of a streamed batch: `count` whole records in `records`.
+    pub(crate) fn window(header: BatchHeader, compression: Compression, records: Bytes, count: u32) -> RecordBatch {
+        RecordBatch {
+            header,
+            compression,
+            records,
+            count,
+        }
     }
 
     /// Decodes `input` as exactly one whole batch: a short input is an
@@ -193,13 +221,12 @@ impl RecordBatch {
             Some((batch, used)) if used == input.len() => Ok(batch),
             Some((_, used)) => Err(Error::TrailingBytes {
                 context: "record batch",
-                remaining: input.len() - used,
+                remaining: input.len().saturating_sub(used),
             }),
             None => {
-                let needed = if input.len() >= LOG_OVERHEAD {
-                    LOG_OVERHEAD + be_i32(input, 8).max(0) as usize
-                } else {
-                    LOG_OVERHEAD
+                let needed = match input.first_chunk::<LOG_OVERHEAD>() {
+                    Some(overhead) => (split_log_overhead(overhead).1.max(0) as usize).saturating_add(LOG_OVERHEAD),
+                    None => LOG_OVERHEAD,
                 };
                 Err(Error::truncated("record batch", needed, input.len()))
             }
@@ -222,7 +249,10 @@ impl RecordBatch {
     pub fn records_at(&self, cursor: RecordCursor) -> RecordIter<'_> {
         let len = self.records.len();
         RecordIter {
-            rest: &self.records[len - cursor.rest_len.min(len)..],
+            rest: self
+                .records
+                .get(len.saturating_sub(cursor.rest_len)..)
+                .unwrap_or_default(),
             left: cursor.left,
             header: &self.header,
             failed: cursor.failed,
@@ -234,7 +264,7 @@ impl RecordBatch {
     pub fn records(&self) -> RecordIter<'_> {
         RecordIter {
             rest: &self.records,
-            left: self.header.record_count as u32,
+            left: self.count,
             header: &self.header,
             failed: false,
         }
@@ -267,7 +297,7 @@ impl RecordBatch {
 
     /// Decodes every record into owned values that share this batch's buffer.
     pub fn decode_records(&self) -> Result<Vec<Record>> {
-        let mut out = Vec::with_capacity(self.header.record_count as usize);
+        let mut out = Vec::with_capacity(self.count as usize);
         for r in self.records() {
             out.push(self.to_owned_record(&r?));
         }
@@ -314,8 +344,8 @@ impl RecordBatch {
         if key.len() < 4 {
             return Err(invalid("key shorter than 4 bytes"));
         }
-        let version = be_i16(key, 0);
-        let kind = ControlKind::from_type(be_i16(key, 2));
+        let version = be_i16(key, 0, "control record key")?;
+        let kind = ControlKind::from_type(be_i16(key, 2, "control record key")?);
         let coordinator_epoch = match kind {
             ControlKind::Abort | ControlKind::Commit => {
                 let v = r
@@ -324,7 +354,7 @@ impl RecordBatch {
                 if v.len() < 6 {
                     return Err(invalid("end-transaction marker value shorter than 6 bytes"));
                 }
-                Some(be_i32(v, 2))
+                Some(be_i32(v, 2, "control record value")?)
             }
             ControlKind::Other(_) => None,
         };
@@ -376,10 +406,7 @@ pub struct HeaderIter<'a> {
 impl<'a> Iterator for HeaderIter<'a> {
     type Item = (&'a [u8], Option<&'a [u8]>);
     fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
+        self.left = self.left.checked_sub(1)?;
         // Already validated by `parse_headers`; a failure here cannot occur,
         // and ends the iteration rather than panicking.
         let (key, rest) = take_field(self.buf, "header key").ok()?;
@@ -415,7 +442,7 @@ pub struct Header {
 #[inline]
 fn take_field<'a>(buf: &'a [u8], context: &'static str) -> Result<(Option<&'a [u8]>, &'a [u8])> {
     let (len, n) = read_varint(buf, context)?;
-    let rest = &buf[n..];
+    let rest = buf.get(n..).unwrap_or_default();
     if len < 0 {
         if len == -1 {
             return Ok((None, rest));
@@ -426,14 +453,14 @@ fn take_field<'a>(buf: &'a [u8], context: &'static str) -> Result<(Option<&'a [u
         });
     }
     let len = len as usize;
-    if len > rest.len() {
-        return Err(Error::LengthOutOfBounds {
+    match rest.split_at_checked(len) {
+        Some((field, rest)) => Ok((Some(field), rest)),
+        None => Err(Error::LengthOutOfBounds {
             context,
             length: len as i64,
             limit: rest.len(),
-        });
+        }),
     }
-    Ok((Some(&rest[..len]), &rest[len..]))
 }
 
 /// Where a [`RecordIter`] stands: enough to resume it later over the same
@@ -450,7 +477,7 @@ impl RecordCursor {
     pub fn start(batch: &RecordBatch) -> Self {
         RecordCursor {
             rest_len: batch.records.len(),
-            left: batch.header.record_count.max(0) as u32,
+            left: batch.count,
             failed: false,
         }
     }
@@ -489,7 +516,7 @@ fn fast_uvarint(b: &mut &[u8]) -> Option<u32> {
         }
         _ => {
             let (v, n) = crate::codec::read_unsigned_varint(b, "").ok()?;
-            *b = &b[n..];
+            *b = b.get(n..)?;
             Some(v)
         }
     }
@@ -497,8 +524,7 @@ fn fast_uvarint(b: &mut &[u8]) -> Option<u32> {
 
 #[inline(always)]
 fn fast_varint(b: &mut &[u8]) -> Option<i32> {
-    let u = fast_uvarint(b)?;
-    Some(((u >> 1) as i32) ^ -((u & 1) as i32))
+    fast_uvarint(b).map(zigzag32)
 }
 
 #[inline(always)]
@@ -507,31 +533,29 @@ fn fast_varlong(b: &mut &[u8]) -> Option<i64> {
     match *s {
         [b0, ref rest @ ..] if b0 & 0x80 == 0 => {
             *b = rest;
-            let u = u64::from(b0);
-            Some(((u >> 1) as i64) ^ -((u & 1) as i64))
+            Some(zigzag64(u64::from(b0)))
         }
         [b0, b1, ref rest @ ..] if b1 & 0x80 == 0 => {
             *b = rest;
-            let u = u64::from(b0 & 0x7f) | (u64::from(b1) << 7);
-            Some(((u >> 1) as i64) ^ -((u & 1) as i64))
+            Some(zigzag64(u64::from(b0 & 0x7f) | (u64::from(b1) << 7)))
         }
         _ => {
             let (v, n) = read_varlong(b, "").ok()?;
-            *b = &b[n..];
+            *b = b.get(n..)?;
             Some(v)
         }
     }
 }
 
 /// An unsigned varint of one or two bytes at the low end of `x` (bytes in
-/// little-endian order), with the bytes it took.
+/// little-endian order), with the bytes it took and `x` past them.
 #[inline(always)]
-fn word_varint(x: u64) -> Option<(u32, usize)> {
-    let x = x as u32;
-    if x & 0x80 == 0 {
-        Some((x & 0x7f, 1))
-    } else if x & 0x8000 == 0 {
-        Some(((x & 0x7f) | ((x >> 1) & 0x3f80), 2))
+fn word_varint(x: u64) -> Option<(u32, usize, u64)> {
+    let lo = x as u32;
+    if lo & 0x80 == 0 {
+        Some((lo & 0x7f, 1, x >> 8))
+    } else if lo & 0x8000 == 0 {
+        Some(((lo & 0x7f) | ((lo >> 1) & 0x3f80), 2, x >> 16))
     } else {
         None
     }
@@ -628,17 +652,17 @@ impl<'a> RecordIter<'a> {
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     fn prefix_word(body: &'a [u8]) -> Option<(i64, i32, Option<&'a [u8]>, &'a [u8])> {
-        let word: [u8; 8] = body.get(1..9)?.try_into().ok()?;
-        let x = u64::from_le_bytes(word);
-        let (ts, n1) = word_varint(x)?;
-        let x = x >> (8 * n1);
-        let (off, n2) = word_varint(x)?;
-        let x = x >> (8 * n2);
-        let (klen, n3) = word_varint(x)?;
-        let p = &body[1 + n1 + n2 + n3..];
-        let ts = i64::from(((ts >> 1) as i32) ^ -((ts & 1) as i32));
-        let off = ((off >> 1) as i32) ^ -((off & 1) as i32);
-        let klen = ((klen >> 1) as i32) ^ -((klen & 1) as i32);
+        let (_attributes, after) = body.split_first()?;
+        let word = after.first_chunk::<8>()?;
+        let x = u64::from_le_bytes(*word);
+        let (ts, n1, x) = word_varint(x)?;
+        let (off, n2, x) = word_varint(x)?;
+        let (klen, n3, _) = word_varint(x)?;
+        // At most 6 of the 8 bytes just loaded: these cannot fail.
+        let p = after.get(n1..)?.get(n2..)?.get(n3..)?;
+        let ts = i64::from(zigzag32(ts));
+        let off = zigzag32(off);
+        let klen = zigzag32(klen);
         if klen < 0 {
             return (klen == -1).then_some((ts, off, None, p));
         }
@@ -661,28 +685,28 @@ impl<'a> RecordIter<'a> {
             });
         }
         let (len, n) = read_varint(rest, "record length")?;
-        if len < 0 || len as usize > rest.len() - n {
+        let after_len = rest.get(n..).unwrap_or_default();
+        let Some((body, after)) = usize::try_from(len).ok().and_then(|l| after_len.split_at_checked(l)) else {
             return Err(Error::LengthOutOfBounds {
                 context: "record length",
                 length: i64::from(len),
-                limit: rest.len() - n,
+                limit: after_len.len(),
             });
-        }
-        let body = &rest[n..n + len as usize];
-        self.rest = &rest[n + len as usize..];
+        };
+        self.rest = after;
 
         // attributes (unused in v2) must be present
         let Some((_, b)) = body.split_first() else {
             return Err(Error::truncated("record attributes", 1, 0));
         };
         let (ts_delta, k) = read_varlong(b, "record timestamp delta")?;
-        let b = &b[k..];
+        let b = b.get(k..).unwrap_or_default();
         let (off_delta, k) = read_varint(b, "record offset delta")?;
-        let b = &b[k..];
+        let b = b.get(k..).unwrap_or_default();
         let (key, b) = take_field(b, "record key")?;
         let (value, b) = take_field(b, "record value")?;
         let (count, k) = read_varint(b, "record header count")?;
-        let headers_raw = &b[k..];
+        let headers_raw = b.get(k..).unwrap_or_default();
         if count < 0 || count as usize > headers_raw.len() / 2 {
             return Err(Error::LengthOutOfBounds {
                 context: "record header count",
@@ -733,7 +757,7 @@ impl<'a> Iterator for RecordIter<'a> {
         if self.failed {
             return None;
         }
-        if self.left == 0 {
+        let Some(left) = self.left.checked_sub(1) else {
             if !self.rest.is_empty() {
                 self.failed = true;
                 return Some(Err(Error::RecordCountMismatch {
@@ -743,8 +767,8 @@ impl<'a> Iterator for RecordIter<'a> {
                 }));
             }
             return None;
-        }
-        self.left -= 1;
+        };
+        self.left = left;
         let r = self.parse_one();
         if r.is_err() {
             self.failed = true;
@@ -753,7 +777,7 @@ impl<'a> Iterator for RecordIter<'a> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.left as usize + 1))
+        (0, (self.left as usize).checked_add(1))
     }
 }
 

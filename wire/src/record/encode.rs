@@ -87,9 +87,20 @@ pub struct RecordBatchEncoder {
 
 #[inline]
 fn field_len(f: Option<&[u8]>) -> Result<usize> {
-    Ok(match f {
-        None => 1,
-        Some(b) => varint_len(len_i32(b.len())?) + b.len(),
+    match f {
+        None => Ok(1),
+        Some(b) => add_len(varint_len(len_i32(b.len())?), b.len()),
+    }
+}
+
+/// `a + b` for lengths, an error past `usize::MAX` (a record that long
+/// fails the i32 length check anyway).
+#[inline]
+fn add_len(a: usize, b: usize) -> Result<usize> {
+    a.checked_add(b).ok_or(Error::LengthOutOfBounds {
+        context: "record",
+        length: i64::MAX,
+        limit: i32::MAX as usize,
     })
 }
 
@@ -128,8 +139,17 @@ impl Prefix {
     }
     #[inline]
     fn u8(&mut self, b: u8) {
-        self.buf[self.len] = b;
-        self.len += 1;
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = b;
+            // `get_mut(len)` just succeeded, so `len < 32`: `len + 1` cannot overflow.
+            #[allow(clippy::arithmetic_side_effects)]
+            {
+                self.len += 1;
+            }
+        } else {
+            // Unreachable: put_records writes at most 26 bytes per prefix.
+            debug_assert!(false, "record prefix longer than 32 bytes");
+        }
     }
     #[inline]
     fn uvarint64(&mut self, mut u: u64) {
@@ -149,7 +169,7 @@ impl Prefix {
     }
     #[inline]
     fn as_slice(&self) -> &[u8] {
-        &self.buf[..self.len]
+        self.buf.get(..self.len).unwrap_or_default()
     }
 }
 
@@ -158,11 +178,14 @@ fn put_records(out: &mut impl BufMut, base_timestamp: i64, records: &[RecordOut<
     for (i, r) in records.iter().enumerate() {
         let offset_delta = len_i32(i)?;
         let ts_delta = r.timestamp.wrapping_sub(base_timestamp);
-        let mut body = 1 + varlong_len(ts_delta) + varint_len(offset_delta);
-        body += field_len(r.key)? + field_len(r.value)?;
-        body += varint_len(len_i32(r.headers.len())?);
+        let mut body = add_len(1, varlong_len(ts_delta))?;
+        body = add_len(body, varint_len(offset_delta))?;
+        body = add_len(body, field_len(r.key)?)?;
+        body = add_len(body, field_len(r.value)?)?;
+        body = add_len(body, varint_len(len_i32(r.headers.len())?))?;
         for h in r.headers {
-            body += field_len(Some(h.key.as_bytes()))? + field_len(h.value)?;
+            body = add_len(body, field_len(Some(h.key.as_bytes()))?)?;
+            body = add_len(body, field_len(h.value)?)?;
         }
         // 5 + 1 + 10 + 5 + 5 = 26 bytes at most: fits the 32-byte prefix.
         let mut p = Prefix::new();
@@ -196,19 +219,23 @@ fn put_records(out: &mut impl BufMut, base_timestamp: i64, records: &[RecordOut<
     Ok(())
 }
 
-/// A close upper bound on the bytes `records` encode to, to reserve once.
+/// A close upper bound on the bytes `records` encode to, to reserve once
+/// (saturating: no batch holds more than `i32::MAX` bytes, and the
+/// reservation is capped there).
 fn estimate(records: &[RecordOut<'_>]) -> usize {
-    records
-        .iter()
-        .map(|r| {
-            32 + r.key.map_or(0, <[u8]>::len)
-                + r.value.map_or(0, <[u8]>::len)
-                + r.headers
-                    .iter()
-                    .map(|h| 10 + h.key.len() + h.value.map_or(0, <[u8]>::len))
-                    .sum::<usize>()
-        })
-        .sum()
+    let len = |f: Option<&[u8]>| f.map_or(0, <[u8]>::len);
+    records.iter().fold(0usize, |total, r| {
+        let headers = r.headers.iter().fold(0usize, |sum, h| {
+            sum.saturating_add(10)
+                .saturating_add(h.key.len())
+                .saturating_add(len(h.value))
+        });
+        total
+            .saturating_add(32)
+            .saturating_add(len(r.key))
+            .saturating_add(len(r.value))
+            .saturating_add(headers)
+    })
 }
 
 impl RecordBatchEncoder {
@@ -222,7 +249,7 @@ impl RecordBatchEncoder {
     /// timestamp is the largest. An empty `records` is refused: Kafka has no
     /// empty data batches.
     pub fn encode(&mut self, out: &mut BytesMut, meta: &BatchMeta, records: &[RecordOut<'_>]) -> Result<()> {
-        let Some(first) = records.first() else {
+        let Some((first, after_first)) = records.split_first() else {
             return Err(Error::Invalid {
                 context: "record batch",
                 message: "a batch needs at least one record".into(),
@@ -232,21 +259,19 @@ impl RecordBatchEncoder {
         let base_timestamp = first.timestamp;
         let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(base_timestamp);
         let start = out.len();
-        out.reserve(
-            BATCH_HEADER_LEN
-                + if meta.compression == Compression::None {
-                    estimate(records)
-                } else {
-                    0
-                },
-        );
+        let records_estimate = if meta.compression == Compression::None {
+            estimate(records)
+        } else {
+            0
+        };
+        out.reserve(BATCH_HEADER_LEN.saturating_add(records_estimate).min(i32::MAX as usize));
         out.put_i64(meta.base_offset);
         out.put_i32(0); // batch length, patched
         out.put_i32(meta.partition_leader_epoch);
         out.put_i8(2);
         out.put_u32(0); // crc, patched
         out.put_i16(meta.attributes());
-        out.put_i32(count - 1);
+        out.put_i32(len_i32(after_first.len())?); // last offset delta
         out.put_i64(base_timestamp);
         out.put_i64(max_timestamp);
         out.put_i64(meta.producer_id);
@@ -299,15 +324,21 @@ impl RecordBatchEncoder {
     }
 }
 
+/// Patches the length and CRC of the batch written to `out` from `start`.
 fn finish_batch(out: &mut BytesMut, start: usize) -> Result<()> {
-    let total = out.len() - start;
-    let batch_length = i32::try_from(total - LOG_OVERHEAD).map_err(|_| Error::LengthOutOfBounds {
+    let batch = out.get_mut(start..).unwrap_or_default();
+    let total = batch.len();
+    let batch_length = i32::try_from(total.saturating_sub(LOG_OVERHEAD)).map_err(|_| Error::LengthOutOfBounds {
         context: "record batch length",
         length: total as i64,
         limit: i32::MAX as usize,
     })?;
-    out[start + 8..start + 12].copy_from_slice(&batch_length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[start + ATTRIBUTES_OFFSET..]);
-    out[start + CRC_OFFSET..start + CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    let Some((header, records)) = batch.split_first_chunk_mut::<BATCH_HEADER_LEN>() else {
+        return Err(Error::truncated("record batch", BATCH_HEADER_LEN, total));
+    };
+    header[8..LOG_OVERHEAD].copy_from_slice(&batch_length.to_be_bytes());
+    let mut crc = crc32c::crc32c(&header[ATTRIBUTES_OFFSET..]);
+    crc = crc32c::crc32c_append(crc, records);
+    header[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
 }

@@ -19,10 +19,12 @@
 mod decode;
 mod dump;
 mod encode;
+mod stream;
 
 pub use decode::{BatchIter, DecodeOptions, HeaderIter, Record, RecordBatch, RecordCursor, RecordIter, RecordRef};
 pub use dump::dump_batch;
 pub use encode::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
+pub use stream::{BatchStream, INFLATE_CHUNK};
 
 use crate::compression::Compression;
 
@@ -109,7 +111,8 @@ impl BatchHeader {
     }
     /// Whole batch size on the wire.
     pub fn size_in_bytes(&self) -> usize {
-        LOG_OVERHEAD + self.batch_length as usize
+        // A negative (invalid) length reads as impossibly large.
+        (self.batch_length as usize).saturating_add(LOG_OVERHEAD)
     }
 }
 

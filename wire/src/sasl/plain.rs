@@ -28,7 +28,12 @@ pub fn plain_initial_response(authzid: &str, username: &str, password: &Secret) 
     if password.is_empty() {
         return Err(invalid("PLAIN password is empty"));
     }
-    let mut out = Vec::with_capacity(authzid.len() + username.len() + password.len() + 2);
+    // A capacity hint only: none (0) if the sum would overflow.
+    let capacity = [authzid.len(), username.len(), password.len()]
+        .into_iter()
+        .try_fold(2usize, usize::checked_add)
+        .unwrap_or(0);
+    let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(authzid.as_bytes());
     out.push(0);
     out.extend_from_slice(username.as_bytes());

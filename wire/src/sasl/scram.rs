@@ -190,7 +190,12 @@ impl ScramClient {
     pub fn client_first(&mut self) -> Result<Vec<u8>, SaslError> {
         match self.take_state() {
             State::Initial { password } => {
-                let mut bare = String::with_capacity(self.username.len() + self.client_nonce.len() + 32);
+                // A capacity hint only: none (0) if the sum would overflow.
+                let capacity = [self.username.len(), self.client_nonce.len()]
+                    .into_iter()
+                    .try_fold(32usize, usize::checked_add)
+                    .unwrap_or(0);
+                let mut bare = String::with_capacity(capacity);
                 bare.push_str("n=");
                 push_saslname(&mut bare, &self.username);
                 bare.push_str(",r=");
@@ -404,9 +409,11 @@ fn parse_iterations(text: &str, max_iterations: u32) -> Result<u32, SaslError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(malformed("iteration count is not a decimal number"));
     }
-    let value = text.bytes().fold(0u64, |acc, b| {
-        acc.saturating_mul(10).saturating_add(u64::from(b - b'0'))
-    });
+    // Every char is an ASCII digit (checked above).
+    let value = text
+        .chars()
+        .filter_map(|c| c.to_digit(10))
+        .fold(0u64, |acc, d| acc.saturating_mul(10).saturating_add(u64::from(d)));
     if value < u64::from(ScramClient::MIN_ITERATIONS) {
         return Err(SaslError::IterationCountTooLow {
             iterations: value,

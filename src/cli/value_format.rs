@@ -1,0 +1,116 @@
+//! `--value-format avro --schema-registry-url URL` for `produce` and
+//! `consume`: JSON lines in, registry-framed values out, and back, through
+//! the connector's own encoder and decoder (`connector::format`).
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Args;
+use clink_kafka::client::ConsumerRecord;
+use clink_kafka::connector::format::{FormatOptions, ValueDecoder, ValueEncoder, ValueFormat};
+
+/// The registry flags.
+#[derive(Args, Debug, Default)]
+pub struct ValueFormatArgs {
+    /// Registry-framed values: avro or json-schema (protobuf is not
+    /// implemented yet). Values are JSON text on stdin / stdout.
+    #[arg(long, value_name = "FORMAT")]
+    pub value_format: Option<String>,
+    /// The Confluent-compatible registry API, e.g.
+    /// http://127.0.0.1:18081/apis/ccompat/v7.
+    #[arg(long, value_name = "URL", env = "CLINK_SCHEMA_REGISTRY_URL")]
+    pub schema_registry_url: Option<String>,
+    /// produce: the subject (default <topic>-value).
+    #[arg(long, value_name = "SUBJECT")]
+    pub schema_registry_subject: Option<String>,
+    /// produce: register this schema file under the subject (else the
+    /// subject's latest version is used).
+    #[arg(long, value_name = "FILE")]
+    pub value_schema_file: Option<std::path::PathBuf>,
+    /// A PEM CA file to trust for an https registry.
+    #[arg(long, value_name = "FILE")]
+    pub schema_registry_ca: Option<std::path::PathBuf>,
+}
+
+impl ValueFormatArgs {
+    fn options(&self) -> anyhow::Result<Option<FormatOptions>> {
+        let Some(f) = &self.value_format else {
+            if self.schema_registry_subject.is_some() || self.value_schema_file.is_some() {
+                anyhow::bail!("--schema-registry-subject and --value-schema-file need --value-format");
+            }
+            return Ok(None);
+        };
+        let Some(format) = ValueFormat::parse("--value-format", f)? else {
+            return Ok(None);
+        };
+        if format == ValueFormat::Protobuf {
+            anyhow::bail!("--value-format protobuf: not implemented yet (avro and json-schema are)");
+        }
+        let url = self
+            .schema_registry_url
+            .clone()
+            .context("--value-format needs --schema-registry-url")?;
+        let mut o = FormatOptions::new(format, url);
+        o.subject = self.schema_registry_subject.clone();
+        if let Some(path) = &self.value_schema_file {
+            o.value_schema =
+                Some(std::fs::read_to_string(path).with_context(|| format!("--value-schema-file {}", path.display()))?);
+            o.auto_register = true;
+        }
+        o.registry.tls.ca_file = self.schema_registry_ca.clone();
+        Ok(Some(o))
+    }
+
+    /// The encoder for `topic`, its schema resolved; `None` without `--value-format`.
+    pub async fn encoder(&self, topic: &str) -> anyhow::Result<Option<ValueEncoder>> {
+        let Some(o) = self.options()? else { return Ok(None) };
+        let mut e = ValueEncoder::new(&o, topic)?;
+        e.prepare().await.context("resolving the value schema")?;
+        Ok(Some(e))
+    }
+
+    pub fn decoder(&self) -> anyhow::Result<Option<ValueDecoder>> {
+        match self.options()? {
+            Some(o) => Ok(Some(ValueDecoder::new(&o)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.value_format.is_some()
+    }
+}
+
+/// Encodes one stdin line's value; the error names the line.
+pub fn encode_line(encoder: &ValueEncoder, value: Option<Bytes>, line_no: u64) -> anyhow::Result<Option<Bytes>> {
+    match value {
+        None => Ok(None),
+        Some(v) => encoder
+            .encode(&v)
+            .map(|framed| Some(Bytes::from(framed)))
+            .map_err(|reason| anyhow::anyhow!("stdin line {line_no}: {reason}")),
+    }
+}
+
+/// Replaces every value of `records` by its JSON text; the error names the
+/// record.
+pub async fn decode_records(decoder: &mut ValueDecoder, records: &mut [ConsumerRecord]) -> anyhow::Result<()> {
+    decoder
+        .prepare(records.iter().filter_map(|r| r.record.value.as_deref()))
+        .await;
+    for r in records {
+        if let Some(v) = &r.record.value {
+            let json = decoder.decode(v).map_err(|f| {
+                anyhow::anyhow!(
+                    "the value at {}[{}] offset {} cannot be decoded as {}: {}",
+                    r.topic,
+                    r.partition,
+                    r.record.offset,
+                    decoder.format().name(),
+                    f.0
+                )
+            })?;
+            r.record.value = Some(Bytes::from(json));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,1008 @@
+//! Registry-framed values (issue 12) against the real broker and a real
+//! Schema Registry (Apicurio Registry 3.3.3, `scripts/registry-local`, its
+//! Confluent-compatible API): `decode_error = fail | skip` on text and on
+//! Avro; Avro round trips through the text, upsert and 2PC sinks and the text
+//! source; schema evolution; bad values (wrong magic, truncated, unknown
+//! id, a payload that does not fit); rows a sink refuses; TLS to the
+//! registry with a private CA. A scripted HTTP double adds what the real
+//! registry cannot do on cue (404, 500, garbage, silence, an outage after
+//! the cache is warm, checking the credentials it is sent).
+//!
+//! Needs `CLINK_KAFKA_BROKERS` and `CLINK_REGISTRY_URL` (`eval "$(scripts/
+//! registry-local env)"`); under `CI=true` a missing one fails.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clink_kafka::client::{Cluster, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
+use clink_kafka::connector::options::{parse_sink, parse_source, parse_upsert, FactoryKind};
+use clink_kafka::connector::selected::{self, SelectedConsumer};
+use clink_kafka::connector::{
+    install, BuildContext, ConnectorError, Registry, Sink, Source, StateRow, Text, TextKafkaSink, TextKafkaSource,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const USER_V1: &str = r#"{"type":"record","name":"User","namespace":"clink.test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"},
+  {"name":"tags","type":{"type":"array","items":"string"}},
+  {"name":"nick","type":["null","string"],"default":null}]}"#;
+
+fn user_v2() -> String {
+    USER_V1.replace(
+        r#"{"name":"nick","type":["null","string"],"default":null}]"#,
+        r#"{"name":"nick","type":["null","string"],"default":null},{"name":"score","type":"double","default":0.0}]"#,
+    )
+}
+
+fn registry_url() -> Option<String> {
+    match std::env::var("CLINK_REGISTRY_URL") {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+            panic!("CI=true but no schema registry: run scripts/registry-local up and eval its env")
+        }
+        _ => {
+            eprintln!("note: CLINK_REGISTRY_URL is not set; skipping (scripts/registry-local up)");
+            None
+        }
+    }
+}
+
+fn params(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    common::connector::connector_params(brokers, topic, extra)
+        .into_iter()
+        .collect()
+}
+
+fn text_source(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> TextKafkaSource<SelectedConsumer> {
+    let o = parse_source(FactoryKind::TextSource, &params(brokers, topic, extra), 0, 1).unwrap();
+    TextKafkaSource::new(selected::kafka_source(o).unwrap())
+}
+
+fn text_sink(
+    brokers: &str,
+    topic: &str,
+    extra: &[(&str, &str)],
+) -> TextKafkaSink<clink_kafka::connector::selected::SelectedProducer> {
+    let o = parse_sink(FactoryKind::TextSink, &params(brokers, topic, extra)).unwrap();
+    TextKafkaSink::new(selected::kafka_sink(o).unwrap())
+}
+
+/// Reads until `n` texts came or an error (bounded: 30 s, 2,000 calls).
+async fn read_texts<S: Source<Item = Text> + ?Sized>(s: &mut S, n: usize) -> Result<Vec<String>, ConnectorError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    for _ in 0..2000 {
+        if out.len() >= n {
+            return Ok(out);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} texts within 30 s: {out:?}",
+            out.len()
+        );
+        let mut got = Vec::new();
+        s.produce(&mut got).await?;
+        out.extend(got.into_iter().flatten().map(|t| t.as_str().to_owned()));
+    }
+    panic!("only {} of {n} texts after 2000 produce calls", out.len());
+}
+
+/// Polls `s` a few times and returns whatever came (to show nothing more does).
+async fn drain<S: Source<Item = Text> + ?Sized>(s: &mut S) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..5 {
+        let mut got = Vec::new();
+        s.produce(&mut got).await.unwrap();
+        out.extend(got.into_iter().flatten().map(|t| t.as_str().to_owned()));
+    }
+    out
+}
+
+async fn produce_raw(cluster: &Cluster, topic: &str, values: &[Vec<u8>]) {
+    let producer = Producer::new(cluster.clone(), ProducerConfig::default())
+        .await
+        .expect("producer");
+    for v in values {
+        let mut r = ProducerRecord::new(topic, v.clone());
+        r.partition = Some(0);
+        producer.send(r).await.expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).await.expect("flush");
+}
+
+async fn consume_raw(cluster: &Cluster, topic: &str, n: usize) -> Vec<Vec<u8>> {
+    common::consume_exactly(cluster, ConsumerConfig::default(), topic, 0, Offset::Earliest, n)
+        .await
+        .into_iter()
+        .map(|r| r.record.value.map(|v| v.to_vec()).unwrap_or_default())
+        .collect()
+}
+
+async fn topic(cluster: &Cluster, prefix: &str) -> String {
+    let t = common::unique_topic(prefix);
+    common::create_topic(cluster, NewTopic::new(&t, 1, 1)).await;
+    t
+}
+
+fn resume_offset(rows: &[StateRow]) -> String {
+    rows.iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_error_on_text_fails_with_where_or_skips_counts_and_moves_the_checkpoint() {
+    let logs = common::connector::capture_logs();
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-text").await;
+    produce_raw(&cluster, &t, &[b"a".to_vec(), vec![0xff, 0xfe], b"c".to_vec()]).await;
+
+    let mut fail = text_source(&brokers, &t, &[]);
+    fail.open().await.unwrap();
+    let e = read_texts(&mut fail, 3).await.unwrap_err();
+    assert!(
+        matches!(&e, ConnectorError::NotText { topic, partition: 0, offset: 1, .. } if *topic == t),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&format!("{t}[0] offset 1")), "{e}");
+
+    let mut skip = text_source(&brokers, &t, &[("decode_error", "skip")]);
+    skip.open().await.unwrap();
+    assert_eq!(read_texts(&mut skip, 2).await.unwrap(), ["a", "c"]);
+    assert_eq!(skip.inner().counters().decode_errors_skipped(), 1);
+    let rows = skip.snapshot();
+    assert_eq!(resume_offset(&rows), "3", "the checkpoint is past the skipped record");
+    let warned = logs.contents();
+    assert!(
+        warned.contains("decode_error = skip") && warned.contains(&t) && warned.contains("offset=1"),
+        "{warned}"
+    );
+    skip.close().await.unwrap();
+
+    // A restore from that checkpoint does not meet the bad record again,
+    // even with decode_error = fail.
+    produce_raw(&cluster, &t, &[b"d".to_vec()]).await;
+    let mut restored = text_source(&brokers, &t, &[]);
+    restored.restore(&rows).unwrap();
+    restored.open().await.unwrap();
+    assert_eq!(read_texts(&mut restored, 1).await.unwrap(), ["d"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-avro").await;
+    let fmt = [
+        ("format", "avro"),
+        ("schema_registry_url", url.as_str()),
+        ("schema_registry_auto_register", "true"),
+        ("schema_registry_value_schema", USER_V1),
+    ];
+    let mut sink = text_sink(&brokers, &t, &fmt);
+    sink.open().await.unwrap();
+    let id = sink.encoder().unwrap().schema_id().unwrap();
+    assert_eq!(sink.encoder().unwrap().subject(), format!("{t}-value"));
+    let rows = [
+        r#"{"id":1,"name":"ann","tags":["a","b"],"nick":"annie"}"#,
+        r#"{"id":2,"name":"bob","tags":[],"nick":null}"#,
+        r#"{"id":"three","name":"x","tags":[]}"#, // does not fit: refused, counted
+        r#"{"id":4,"name":"dee","tags":["x"]}"#,  // nick takes its default
+    ];
+    sink.on_data(rows.iter().map(|r| Text::from(r.to_string())).collect())
+        .await
+        .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    assert_eq!(sink.refused_rows(), 1);
+    sink.close().await.unwrap();
+
+    // The bytes on the topic are Confluent-framed with the registered id.
+    let raw = consume_raw(&cluster, &t, 3).await;
+    for v in &raw {
+        assert_eq!(v[0], 0, "magic");
+        assert_eq!(u32::from_be_bytes([v[1], v[2], v[3], v[4]]), id);
+    }
+
+    let mut source = text_source(
+        &brokers,
+        &t,
+        &[("format", "avro"), ("schema_registry_url", url.as_str())],
+    );
+    source.open().await.unwrap();
+    let got = read_texts(&mut source, 3).await.unwrap();
+    assert_eq!(
+        got,
+        [
+            rows[0].to_owned(),
+            rows[1].to_owned(),
+            r#"{"id":4,"name":"dee","tags":["x"],"nick":null}"#.to_owned()
+        ]
+    );
+    // One lookup for the one id, however many records carry it.
+    assert_eq!(source.decoder().unwrap().registry_requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evolved_compatible_schema_decodes_old_and_new_records() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-evolve").await;
+    let v2 = user_v2();
+    let mut ids = Vec::new();
+    for (schema, row) in [
+        (USER_V1, r#"{"id":1,"name":"old","tags":[]}"#),
+        (v2.as_str(), r#"{"id":2,"name":"new","tags":[],"score":2.5}"#),
+    ] {
+        let mut sink = text_sink(
+            &brokers,
+            &t,
+            &[
+                ("format", "avro"),
+                ("schema_registry_url", url.as_str()),
+                ("schema_registry_auto_register", "true"),
+                ("schema_registry_value_schema", schema),
+            ],
+        );
+        sink.open().await.unwrap();
+        ids.push(sink.encoder().unwrap().schema_id().unwrap());
+        sink.on_data(vec![Text::from(row.to_owned())]).await.unwrap();
+        sink.on_barrier(1).await.unwrap();
+        sink.close().await.unwrap();
+    }
+    assert_ne!(ids[0], ids[1], "two versions, two ids");
+    // A sink that does not register uses the subject's latest version (v2).
+    let mut latest = text_sink(
+        &brokers,
+        &t,
+        &[("format", "avro"), ("schema_registry_url", url.as_str())],
+    );
+    latest.open().await.unwrap();
+    assert_eq!(latest.encoder().unwrap().schema_id(), Some(ids[1]));
+    latest.close().await.unwrap();
+
+    let mut source = text_source(
+        &brokers,
+        &t,
+        &[("format", "avro"), ("schema_registry_url", url.as_str())],
+    );
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 2).await.unwrap(),
+        [
+            r#"{"id":1,"name":"old","tags":[],"nick":null}"#,
+            r#"{"id":2,"name":"new","tags":[],"nick":null,"score":2.5}"#
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upsert_and_2pc_sinks_encode_avro_too() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let fmt = [
+        ("format", "avro"),
+        ("schema_registry_url", url.as_str()),
+        ("schema_registry_auto_register", "true"),
+        ("schema_registry_value_schema", USER_V1),
+    ];
+    let source_fmt = [("format", "avro"), ("schema_registry_url", url.as_str())];
+
+    let t = topic(&cluster, "reg-upsert").await;
+    let mut extra = fmt.to_vec();
+    extra.push(("primary_key", "id"));
+    let mut upsert = selected::upsert_sink(parse_upsert(&params(&brokers, &t, &extra)).unwrap()).unwrap();
+    upsert.open().await.unwrap();
+    upsert
+        .on_data(vec![
+            Text::from(r#"{"id":1,"name":"a","tags":[],"__row_kind":"insert"}"#.to_owned()),
+            Text::from(r#"{"id":1,"name":1,"tags":[],"__row_kind":"insert"}"#.to_owned()),
+            Text::from(r#"{"id":1,"__row_kind":"delete"}"#.to_owned()),
+        ])
+        .await
+        .unwrap();
+    upsert.on_barrier(1).await.unwrap();
+    assert_eq!(upsert.refused_rows(), 1);
+    upsert.close().await.unwrap();
+    let raw = common::consume_exactly(&cluster, ConsumerConfig::default(), &t, 0, Offset::Earliest, 2).await;
+    assert_eq!(raw[0].record.key.as_deref(), Some(&b"1"[..]));
+    assert!(raw[1].record.value.is_none(), "the delete is a tombstone, not encoded");
+    let mut source = text_source(&brokers, &t, &source_fmt);
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 1).await.unwrap(),
+        [r#"{"id":1,"name":"a","tags":[],"nick":null}"#]
+    );
+
+    let t = topic(&cluster, "reg-2pc").await;
+    let mut registry = Registry::new();
+    install(&mut registry).unwrap();
+    let mut extra = fmt.to_vec();
+    let txid = format!("{t}-tx");
+    extra.extend([("transactional_id", txid.as_str()), ("receipts_in_memory", "true")]);
+    let mut sink = registry
+        .build(
+            "kafka_2pc_sink_string",
+            &BuildContext::new(common::connector::connector_params(&brokers, &t, &extra)),
+        )
+        .unwrap()
+        .into_text_sink("kafka_2pc_sink_string")
+        .unwrap();
+    sink.open().await.unwrap();
+    sink.on_data(vec![
+        Text::from(r#"{"id":7,"name":"tx","tags":["t"]}"#.to_owned()),
+        Text::from("not json".to_owned()),
+    ])
+    .await
+    .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.on_commit(1).await.unwrap();
+    sink.close().await.unwrap();
+    let mut source = text_source(&brokers, &t, &source_fmt);
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 1).await.unwrap(),
+        [r#"{"id":7,"name":"tx","tags":["t"],"nick":null}"#]
+    );
+    assert!(drain(&mut source).await.is_empty(), "the refused row was never sent");
+}
+
+/// Registers `schema` under `subject` through the registry's REST API
+/// with a plain HTTP request of the test's own, independent of the client
+/// under test; returns the id.
+async fn register_directly(url: &str, subject: &str, schema: &str) -> u32 {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, base) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let body = serde_json::json!({ "schema": schema }).to_string();
+    let req = format!(
+        "POST {base}/subjects/{subject}/versions HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(authority).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    let json = answer.split("\r\n\r\n").nth(1).unwrap();
+    // A chunked body has a size line first; take the JSON object.
+    let json = &json[json.find('{').unwrap()..=json.rfind('}').unwrap()];
+    serde_json::from_str::<serde_json::Value>(json).unwrap()["id"]
+        .as_u64()
+        .unwrap() as u32
+}
+
+fn framed(id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0];
+    v.extend_from_slice(&id.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_avro_values_take_the_decode_error_path() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-bad").await;
+    let id = register_directly(&url, &format!("{t}-value"), USER_V1).await;
+    // {"id":1,"name":"a","tags":[],"nick":null}: long 1, string "a", empty array, union branch 0.
+    let good = framed(id, &[0x02, 0x02, b'a', 0x00, 0x00]);
+    let values = vec![
+        good.clone(),
+        vec![1, 0, 0, 0, 1, 2],                      // wrong magic
+        vec![0, 0, 0],                               // truncated frame
+        framed(0x7fff_fff0, &[0x02]),                // unknown schema id
+        framed(id, &[0x02, 0x02]),                   // truncated payload
+        framed(id, &[0x02, 0x02, b'a', 0x00, 0x08]), // union branch 4 of 2: does not fit
+        good,
+    ];
+    produce_raw(&cluster, &t, &values).await;
+    let fmt = [("format", "avro"), ("schema_registry_url", url.as_str())];
+
+    let mut fail = text_source(&brokers, &t, &fmt);
+    fail.open().await.unwrap();
+    let e = read_texts(&mut fail, 7).await.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ConnectorError::Undecodable {
+                partition: 0,
+                offset: 1,
+                format: "avro",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("magic"), "{e}");
+
+    let mut extra = fmt.to_vec();
+    extra.push(("decode_error", "skip"));
+    let mut skip = text_source(&brokers, &t, &extra);
+    skip.open().await.unwrap();
+    let expected = r#"{"id":1,"name":"a","tags":[],"nick":null}"#;
+    assert_eq!(read_texts(&mut skip, 2).await.unwrap(), [expected, expected]);
+    assert_eq!(skip.inner().counters().decode_errors_skipped(), 5);
+    assert_eq!(resume_offset(&skip.snapshot()), "7");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_without_auto_register_needs_the_subject_and_options_are_checked() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let t = common::unique_topic("reg-nosubject");
+    let mut sink = text_sink(
+        &brokers,
+        &t,
+        &[("format", "avro"), ("schema_registry_url", url.as_str())],
+    );
+    let e = sink.open().await.map(drop).unwrap_err();
+    assert!(
+        e.to_string().contains(&format!("{t}-value")) && e.to_string().contains("not found"),
+        "{e}"
+    );
+
+    for (extra, option) in [
+        (vec![("format", "avro")], "schema_registry_url"),
+        (
+            vec![("format", "avro"), ("schema_registry_url", "ftp://x")],
+            "schema_registry_url",
+        ),
+        (vec![("format", "xml")], "format"),
+        (vec![("schema_registry_url", url.as_str())], "schema_registry_url"),
+        (
+            vec![
+                ("format", "avro"),
+                ("schema_registry_url", url.as_str()),
+                ("schema_registry_auto_register", "true"),
+            ],
+            "schema_registry_value_schema",
+        ),
+        (
+            vec![
+                ("format", "avro"),
+                ("schema_registry_url", url.as_str()),
+                ("schema_registry_timeout_ms", "0"),
+            ],
+            "schema_registry_timeout_ms",
+        ),
+    ] {
+        let e = parse_sink(FactoryKind::TextSink, &params(&brokers, &t, &extra)).unwrap_err();
+        assert_eq!(e.option(), Some(option), "{extra:?}: {e}");
+    }
+    let e = parse_source(
+        FactoryKind::TextSource,
+        &params(
+            &brokers,
+            &t,
+            &[("format", "protobuf"), ("schema_registry_url", url.as_str())],
+        ),
+        0,
+        1,
+    )
+    .unwrap_err();
+    assert!(matches!(e, ConnectorError::NotYetAvailable { .. }), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_registry_with_a_private_ca() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(_) = registry_url() else { return };
+    let (Ok(tls_url), Ok(ca), Ok(other)) = (
+        std::env::var("CLINK_REGISTRY_TLS_URL"),
+        std::env::var("CLINK_REGISTRY_TLS_CA"),
+        std::env::var("CLINK_REGISTRY_TLS_OTHER_CA"),
+    ) else {
+        panic!("CLINK_REGISTRY_URL is set but the TLS variables of scripts/registry-local env are not");
+    };
+    let t = common::unique_topic("reg-tls");
+    let with = |ca: &str| {
+        text_sink(
+            &brokers,
+            &t,
+            &[
+                ("format", "avro"),
+                ("schema_registry_url", tls_url.as_str()),
+                ("schema_registry_ssl_ca_location", ca),
+                ("schema_registry_auto_register", "true"),
+                ("schema_registry_value_schema", USER_V1),
+            ],
+        )
+    };
+    let mut trusted = with(&ca);
+    trusted.open().await.unwrap();
+    assert!(trusted.encoder().unwrap().schema_id().is_some());
+    trusted.close().await.unwrap();
+    let mut untrusted = with(&other);
+    let e = untrusted.open().await.map(drop).unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+}
+
+// ---------------------------------------------------------------------------
+// A scripted registry: answers per path, records what it was sent.
+
+#[derive(Clone)]
+enum Answer {
+    Json(u16, String),
+    Garbage,
+    Close,
+    Silence,
+}
+
+#[derive(Clone, Default)]
+struct Double {
+    answers: Arc<Mutex<BTreeMap<String, Answer>>>,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Double {
+    async fn start() -> (Double, String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/base", listener.local_addr().unwrap());
+        let d = Double::default();
+        let served = d.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let d = served.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&buf).into_owned();
+                    let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                    d.requests.lock().unwrap().push(head);
+                    let answer = d.answers.lock().unwrap().get(&path).cloned();
+                    match answer.unwrap_or(Answer::Json(
+                        404,
+                        r#"{"error_code":40403,"message":"Schema not found"}"#.into(),
+                    )) {
+                        Answer::Json(status, body) => {
+                            let r = format!(
+                                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = s.write_all(r.as_bytes()).await;
+                        }
+                        Answer::Garbage => {
+                            let _ = s.write_all(b"SSH-2.0-not-http\r\n\r\n").await;
+                        }
+                        Answer::Close => {}
+                        Answer::Silence => tokio::time::sleep(Duration::from_secs(30)).await,
+                    }
+                });
+            }
+        });
+        (d, url, task)
+    }
+
+    fn answer(&self, path: &str, a: Answer) {
+        self.answers.lock().unwrap().insert(path.to_owned(), a);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_failures_take_the_decode_error_path_and_a_warm_cache_outlives_an_outage() {
+    let logs = common::connector::capture_logs();
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-double").await;
+    let (double, url, server) = Double::start().await;
+    let schema = serde_json::json!({ "schema": r#""string""# }).to_string();
+    double.answer("/base/schemas/ids/1", Answer::Json(200, schema));
+    double.answer(
+        "/base/schemas/ids/2",
+        Answer::Json(500, r#"{"error_code":50001,"message":"boom"}"#.into()),
+    );
+    double.answer("/base/schemas/ids/3", Answer::Garbage);
+    double.answer("/base/schemas/ids/4", Answer::Close);
+    double.answer("/base/schemas/ids/5", Answer::Silence);
+    double.answer("/base/schemas/ids/6", Answer::Json(200, "{not json".into()));
+    // id 7: 404 by default
+    let s = |id: u32, text: &str| {
+        let mut p = vec![(text.len() as u8) << 1];
+        p.extend_from_slice(text.as_bytes());
+        framed(id, &p)
+    };
+    produce_raw(
+        &cluster,
+        &t,
+        &[
+            s(1, "one"),
+            s(2, "x"),
+            s(3, "x"),
+            s(4, "x"),
+            s(5, "x"),
+            s(6, "x"),
+            s(7, "x"),
+            s(1, "two"),
+        ],
+    )
+    .await;
+    let fmt = [
+        ("format", "avro"),
+        ("schema_registry_url", url.as_str()),
+        ("schema_registry_timeout_ms", "500"),
+        ("schema_registry_basic_auth_user_info", "reader:canary-registry-pw"),
+        ("decode_error", "skip"),
+    ];
+    let mut source = text_source(&brokers, &t, &fmt);
+    source.open().await.unwrap();
+    assert_eq!(read_texts(&mut source, 2).await.unwrap(), [r#""one""#, r#""two""#]);
+    assert_eq!(source.inner().counters().decode_errors_skipped(), 6);
+    let seen = double.requests.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .all(|r| r.contains("Authorization: Basic cmVhZGVyOmNhbmFyeS1yZWdpc3RyeS1wdw==")),
+        "{seen:?}"
+    );
+    let log = logs.contents();
+    for reason in [
+        "HTTP 500",
+        "boom",
+        "not an HTTP answer",
+        "closed",
+        "no answer within",
+        "not JSON",
+        "not found",
+    ] {
+        assert!(log.contains(reason), "{reason:?} missing from the warnings:\n{log}");
+    }
+
+    // A bearer token is sent as such (and a cached id is not asked twice).
+    let mut config = clink_kafka::schema_registry::RegistryConfig::new(url.clone());
+    config.auth = clink_kafka::schema_registry::RegistryAuth::Bearer {
+        token: clink_kafka::wire::secret::Secret::new("canary-registry-token"),
+    };
+    let mut client = clink_kafka::schema_registry::SchemaRegistryClient::new(config).unwrap();
+    double.requests.lock().unwrap().clear();
+    client.schema_by_id(1).await.unwrap();
+    client.schema_by_id(1).await.unwrap();
+    let seen = double.requests.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].contains("Authorization: Bearer canary-registry-token"),
+        "{seen:?}"
+    );
+    assert!(!format!("{client:?}").contains("canary"));
+
+    // The registry goes away: records of the cached id still decode.
+    server.abort();
+    let _ = server.await;
+    produce_raw(&cluster, &t, &[s(1, "three")]).await;
+    assert_eq!(read_texts(&mut source, 1).await.unwrap(), [r#""three""#]);
+
+    // The secret is in no log line, no snapshot row, no Debug output.
+    let rows = source.snapshot();
+    for text in [
+        logs.contents(),
+        format!("{rows:?}"),
+        format!("{source:?}"),
+        format!("{:?}", source.decoder()),
+    ] {
+        assert!(!text.contains("canary-registry-pw") && !text.contains("cmVhZGVyOmNhbmFyeS1yZWdpc3RyeS1wdw"));
+    }
+
+    // decode_error = fail names where and why.
+    let mut fail_fmt = fmt.to_vec();
+    fail_fmt.pop();
+    let mut fail = text_source(&brokers, &t, &fail_fmt);
+    fail.open().await.unwrap();
+    let e = read_texts(&mut fail, 9).await.unwrap_err();
+    assert!(matches!(&e, ConnectorError::Undecodable { offset: 0, .. }), "{e}");
+    assert!(
+        e.to_string().contains("schema id 1") || e.to_string().contains("connecting"),
+        "{e}"
+    );
+}
+
+/// Runs the fastavro peer (`tests/interop_avro/fastavro_peer.py`) with
+/// `stdin`, bounded; its stdout lines.
+fn fastavro(args: &[&str], stdin: &str) -> Vec<String> {
+    let python = match std::env::var("CLINK_FASTAVRO_PYTHON") {
+        Ok(p) if !p.is_empty() => p,
+        _ => panic!("CLINK_FASTAVRO_PYTHON is not set: eval \"$(tests/interop_avro/setup)\" (scripts/test does)"),
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop_avro/fastavro_peer.py");
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(script).args(args);
+    lines_of(
+        common::process::run(&mut cmd, stdin, Duration::from_secs(60)),
+        "the fastavro peer",
+    )
+}
+
+/// The stdout lines of a command `common::process::run` saw succeed.
+fn lines_of(out: std::process::Output, what: &str) -> Vec<String> {
+    String::from_utf8(out.stdout)
+        .unwrap_or_else(|e| panic!("{what} printed non-UTF-8: {e}"))
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_interop_with_fastavro_both_ways_through_the_broker_and_registry() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let rows = [
+        r#"{"id": 1, "name": "ann", "tags": ["a", "b"], "nick": "annie"}"#,
+        r#"{"id": -9000000000, "name": "\u00e9t\u00e9 \u2603", "tags": [], "nick": null}"#,
+    ];
+
+    // fastavro writes (and registers through the REST API); we read.
+    let t = topic(&cluster, "reg-fastavro-in").await;
+    let schema_file = std::env::temp_dir().join(format!("{t}.avsc"));
+    std::fs::write(&schema_file, USER_V1).unwrap();
+    let framed = fastavro(
+        &["encode", &url, &format!("{t}-value"), schema_file.to_str().unwrap()],
+        &rows.join("\n"),
+    );
+    assert_eq!(framed.len(), rows.len());
+    produce_raw(&cluster, &t, &framed.iter().map(|h| unhex(h)).collect::<Vec<_>>()).await;
+    let mut source = text_source(
+        &brokers,
+        &t,
+        &[("format", "avro"), ("schema_registry_url", url.as_str())],
+    );
+    source.open().await.unwrap();
+    let got = read_texts(&mut source, rows.len()).await.unwrap();
+    for (g, r) in got.iter().zip(rows) {
+        assert_eq!(json(g), json(r));
+    }
+
+    // We write; fastavro reads (fetching the schema by id itself).
+    let t = topic(&cluster, "reg-fastavro-out").await;
+    let mut sink = text_sink(
+        &brokers,
+        &t,
+        &[
+            ("format", "avro"),
+            ("schema_registry_url", url.as_str()),
+            ("schema_registry_auto_register", "true"),
+            ("schema_registry_value_schema", USER_V1),
+        ],
+    );
+    sink.open().await.unwrap();
+    sink.on_data(rows.iter().map(|r| Text::from(r.to_string())).collect())
+        .await
+        .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.close().await.unwrap();
+    let raw = consume_raw(&cluster, &t, rows.len()).await;
+    let decoded = fastavro(
+        &["decode", &url],
+        &raw.iter().map(|v| hex(v)).collect::<Vec<_>>().join("\n"),
+    );
+    assert_eq!(decoded.len(), rows.len());
+    for (d, r) in decoded.iter().zip(rows) {
+        assert_eq!(json(d), json(r));
+    }
+    let _ = std::fs::remove_file(schema_file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_framed_sql_table_round_trips_rows_through_the_json_bridge() {
+    use clink_kafka::connector::sql::{
+        build_table, json_to_row, parse_create_table, row_to_json, Row, SqlValue, TableRole,
+    };
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-sql").await;
+    let schema = r#"{"type":"record","name":"Click","fields":[{"name":"user_id","type":"long"},{"name":"url","type":["null","string"]}]}"#;
+    let sql = format!(
+        "CREATE TABLE clicks (user_id BIGINT, url STRING) WITH (
+           connector = 'kafka', format = 'avro', schema_registry_url = '{url}',
+           schema_registry_auto_register = 'true', schema_registry_value_schema = '{schema}',
+           brokers = '{brokers}', topic = '{t}', auto_offset_reset = 'earliest')"
+    );
+    let table = parse_create_table(&sql).unwrap();
+    let mut r = Registry::new();
+    install(&mut r).unwrap();
+    let rows = vec![
+        Row::insert(vec![SqlValue::Integer(1), SqlValue::String("/a".into())]),
+        Row::insert(vec![SqlValue::Integer(2), SqlValue::Null]),
+    ];
+    let (_, sink) = build_table(&r, &table, TableRole::Sink, 0, 1).unwrap();
+    let mut sink = sink.into_text_sink("kafka_sink_string").unwrap();
+    sink.open().await.unwrap();
+    sink.on_data(
+        rows.iter()
+            .map(|row| row_to_json(&table.columns, row).unwrap())
+            .collect(),
+    )
+    .await
+    .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.close().await.unwrap();
+    let raw = consume_raw(&cluster, &t, 2).await;
+    assert!(
+        raw.iter().all(|v| v[0] == 0 && v.len() > 5),
+        "framed values on the topic"
+    );
+    let (_, source) = build_table(&r, &table, TableRole::Source, 0, 1).unwrap();
+    let mut source = source.into_text_source("kafka_source_string").unwrap();
+    source.open().await.unwrap();
+    let back: Vec<Row> = read_texts(&mut *source, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|text| json_to_row(&table.columns, text).unwrap())
+        .collect();
+    assert_eq!(back, rows);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_produces_and_consumes_avro_as_json_lines() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-cli").await;
+    let schema_file = std::env::temp_dir().join(format!("{t}.avsc"));
+    std::fs::write(&schema_file, USER_V1).unwrap();
+    let rows = [
+        r#"{"id":1,"name":"ann","tags":["a"],"nick":null}"#,
+        r#"{"id":2,"name":"bob","tags":[],"nick":"b"}"#,
+    ];
+    let cli = |args: &[&str], stdin: &str| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_clink-kafka"));
+        cmd.args(args)
+            .args(["--brokers", &brokers, "--topic", &t, "--value-format", "avro"]);
+        cmd.args(["--schema-registry-url", &url]);
+        common::process::run(&mut cmd, stdin, Duration::from_secs(60))
+    };
+    let schema_arg = schema_file.to_str().unwrap();
+    lines_of(
+        cli(&["produce", "--value-schema-file", schema_arg], &rows.join("\n")),
+        "produce",
+    );
+    // A row that does not fit names its line and fails the run (with the
+    // subject's latest schema: no --value-schema-file this time).
+    let bad_row = std::env::temp_dir().join(format!("{t}.bad"));
+    std::fs::write(&bad_row, r#"{"id":"x"}"#).unwrap();
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_clink-kafka"))
+        .args([
+            "produce",
+            "--brokers",
+            &brokers,
+            "--topic",
+            &t,
+            "--value-format",
+            "avro",
+        ])
+        .args(["--schema-registry-url", &url])
+        .stdin(std::fs::File::open(&bad_row).unwrap())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("stdin line 1") && stderr.contains("does not fit"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(bad_row);
+    let raw = consume_raw(&cluster, &t, 2).await;
+    assert!(raw.iter().all(|v| v[0] == 0), "framed");
+    let out = lines_of(cli(&["consume", "--from-beginning", "--count", "2"], ""), "consume");
+    assert_eq!(out, rows);
+    let _ = std::fs::remove_file(schema_file);
+}
+
+const ORDER_SCHEMA: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+  "properties":{"id":{"type":"integer"},"item":{"type":"string"},"qty":{"type":"number","minimum":0}},
+  "required":["id","item"],"additionalProperties":false}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_round_trips_and_interoperates_both_ways_with_an_independent_peer() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let rows = [r#"{"id":1,"item":"tea","qty":2.5}"#, r#"{"id":2,"item":"caf\u00e9"}"#];
+    let fmt = [("format", "json-schema"), ("schema_registry_url", url.as_str())];
+
+    // We write (auto-registering a JSON schema) and read back; misfits are refused.
+    let t = topic(&cluster, "reg-json").await;
+    let mut extra = fmt.to_vec();
+    extra.extend([
+        ("schema_registry_auto_register", "true"),
+        ("schema_registry_value_schema", ORDER_SCHEMA),
+    ]);
+    let mut sink = text_sink(&brokers, &t, &extra);
+    sink.open().await.unwrap();
+    let mut batch: Vec<Text> = rows.iter().map(|r| Text::from(r.to_string())).collect();
+    batch.push(Text::from(r#"{"id":3,"item":"x","qty":-1}"#.to_owned()));
+    batch.push(Text::from(r#"{"item":"no id"}"#.to_owned()));
+    sink.on_data(batch).await.unwrap();
+    sink.on_barrier(1).await.unwrap();
+    assert_eq!(sink.refused_rows(), 2);
+    sink.close().await.unwrap();
+    let raw = consume_raw(&cluster, &t, rows.len()).await;
+    // The independent peer reads what we wrote.
+    let decoded = fastavro(
+        &["json-decode", &url],
+        &raw.iter().map(|v| hex(v)).collect::<Vec<_>>().join("\n"),
+    );
+    for (d, r) in decoded.iter().zip(rows) {
+        assert_eq!(json(d), json(r));
+    }
+    // A value that does not fit its schema takes the decode_error path.
+    let id = u32::from_be_bytes([raw[0][1], raw[0][2], raw[0][3], raw[0][4]]);
+    produce_raw(&cluster, &t, &[framed(id, br#"{"id":"not a number","item":"x"}"#)]).await;
+    let mut fail = text_source(&brokers, &t, &fmt);
+    fail.open().await.unwrap();
+    let e = read_texts(&mut fail, 3).await.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ConnectorError::Undecodable {
+                offset: 2,
+                format: "json-schema",
+                ..
+            }
+        ) && e.to_string().contains("does not fit"),
+        "{e}"
+    );
+    let mut skip_fmt = fmt.to_vec();
+    skip_fmt.push(("decode_error", "skip"));
+    let mut skip = text_source(&brokers, &t, &skip_fmt);
+    skip.open().await.unwrap();
+    let got = read_texts(&mut skip, 2).await.unwrap();
+    assert_eq!(got.iter().map(|g| json(g)).collect::<Vec<_>>(), rows.map(json));
+    assert!(drain(&mut skip).await.is_empty());
+    assert_eq!(skip.inner().counters().decode_errors_skipped(), 1);
+
+    // The peer writes (registering through the REST API); we read.
+    let t = topic(&cluster, "reg-json-in").await;
+    let schema_file = std::env::temp_dir().join(format!("{t}.json"));
+    std::fs::write(&schema_file, ORDER_SCHEMA).unwrap();
+    let framed_in = fastavro(
+        &[
+            "json-encode",
+            &url,
+            &format!("{t}-value"),
+            schema_file.to_str().unwrap(),
+        ],
+        &rows.join("\n"),
+    );
+    produce_raw(&cluster, &t, &framed_in.iter().map(|h| unhex(h)).collect::<Vec<_>>()).await;
+    let mut source = text_source(&brokers, &t, &fmt);
+    source.open().await.unwrap();
+    let got = read_texts(&mut source, 2).await.unwrap();
+    assert_eq!(got.iter().map(|g| json(g)).collect::<Vec<_>>(), rows.map(json));
+    let _ = std::fs::remove_file(schema_file);
+}
