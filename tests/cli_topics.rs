@@ -150,17 +150,11 @@ fn ensure_consumer_offsets(brokers: &str) {
     rt.block_on(async {
         let cluster = common::cluster(common::config(brokers)).await;
         let group = clink_kafka::client::GroupOffsets::new(cluster, "clink-test-cli-metadata").expect("a group id");
-        // COORDINATOR_NOT_AVAILABLE while the broker creates the topic
-        // (`GroupOffsets::coordinator` does not retry it): bounded retries.
-        let mut last = None;
-        for _ in 0..60 {
-            match group.coordinator().await {
-                Ok(_) => return,
-                Err(e) => last = Some(e),
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        // COORDINATOR_NOT_AVAILABLE while the broker creates the topic:
+        // `coordinator` retries it until `metadata_max_wait`.
+        if let Err(e) = group.coordinator().await {
+            panic!("no group coordinator (the broker creates __consumer_offsets for it): {e}");
         }
-        panic!("no group coordinator in 30 s (the broker creates __consumer_offsets for it): {last:?}");
     });
 }
 

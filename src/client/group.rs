@@ -70,9 +70,23 @@ impl GroupOffsets {
         &self.group_id
     }
 
-    /// Finds the group coordinator and connects to it.
+    /// Finds the group coordinator and connects to it. Retriable answers
+    /// (`COORDINATOR_NOT_AVAILABLE` while a fresh cluster creates
+    /// `__consumer_offsets`, `NOT_COORDINATOR` while it moves, a lost
+    /// connection) are retried with backoff until `metadata_max_wait`.
     pub async fn coordinator(&self) -> Result<BrokerConnection> {
-        find_coordinator(&self.cluster, KEY_TYPE_GROUP, &self.group_id).await
+        let started = Instant::now();
+        let mut backoff = self.cluster.backoff();
+        loop {
+            match find_coordinator(&self.cluster, KEY_TYPE_GROUP, &self.group_id).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) if e.is_retriable() && started.elapsed() < self.cluster.config().metadata_max_wait => {
+                    tracing::debug!(group = %self.group_id, error = %e, "finding the group coordinator again");
+                    backoff.sleep().await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Commits `offsets` (topic, partition, next offset to consume, metadata).
@@ -267,7 +281,7 @@ impl GroupOffsets {
         let started = Instant::now();
         let mut backoff = self.cluster.backoff();
         loop {
-            let err = match self.coordinator().await {
+            let err = match find_coordinator(&self.cluster, KEY_TYPE_GROUP, &self.group_id).await {
                 Ok(conn) => match op(conn).await {
                     Ok(v) => return Ok(v),
                     Err(e) => e,
