@@ -323,10 +323,16 @@ async fn fence(cluster: &Cluster, txn_id: &str) {
 fn multiset_difference(expected: &[String], got: &[String]) -> Option<String> {
     let mut counts: BTreeMap<&str, i64> = expected.iter().map(|v| (v.as_str(), 1)).collect();
     let mut foreign = 0;
+    let mut foreign_seen: Vec<&str> = Vec::new();
     for v in got {
         match counts.get_mut(v.as_str()) {
             Some(c) => *c -= 1,
-            None => foreign += 1,
+            None => {
+                foreign += 1;
+                if foreign_seen.len() < 5 {
+                    foreign_seen.push(v);
+                }
+            }
         }
     }
     let missing: Vec<&str> = counts.iter().filter(|(_, c)| **c > 0).map(|(v, _)| *v).collect();
@@ -335,7 +341,7 @@ fn multiset_difference(expected: &[String], got: &[String]) -> Option<String> {
         return None;
     }
     Some(format!(
-        "{} records read, {} missing (first {:?}), {} duplicated (first {:?}), {foreign} foreign",
+        "{} records read, {} missing (first {:?}), {} duplicated (first {:?}), {foreign} foreign (first {foreign_seen:?})",
         got.len(),
         missing.len(),
         &missing[..missing.len().min(5)],
