@@ -354,7 +354,17 @@ async fn a_network_partition_from_one_broker_loses_and_duplicates_nothing() {
     proxy.set_partitioned(cut, true);
     let read_at_cut = reader.read();
     eprintln!("client cut off from broker {cut} (partitions led elsewhere: {others:?})");
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Each second: what was consumed and where the logs end (read around
+    // the proxy), so a stall shows whose it is.
+    let probe = Consumer::new(direct.clone(), ConsumerConfig::default());
+    for second in 1..=12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut ends = Vec::new();
+        for p in 0..PARTITIONS {
+            ends.push(probe.list_offset(&topic, p, Offset::Latest).await.unwrap_or(-1));
+        }
+        eprintln!("{second} s into the cut: {} consumed, log ends {ends:?}", reader.read());
+    }
     let read_during = reader.read() - read_at_cut;
     proxy.set_partitioned(cut, false);
     eprintln!("healed after 12 s; {read_during} records consumed meanwhile");
