@@ -60,7 +60,8 @@ pub enum Error {
         #[source]
         source: Arc<io::Error>,
     },
-    /// The TCP connection was not established within the connect timeout.
+    /// The connection (TCP, TLS, ApiVersions) was not established within
+    /// the connect timeout.
     #[error("connecting to broker {broker}: timed out after {timeout:?}")]
     ConnectTimeout { broker: BrokerRef, timeout: Duration },
     /// Reading or writing an established connection failed.

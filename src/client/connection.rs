@@ -178,7 +178,20 @@ impl BrokerConnection {
             }
         };
         let setup = async {
-            let versions = conn.negotiate_versions().await?;
+            // The ApiVersions exchange is part of connecting: a broker that
+            // accepts and then stays mute (a network partition behind a
+            // proxy or load balancer) is a connect timeout, not a
+            // `request_timeout` wait.
+            let remaining = config.connect_timeout.saturating_sub(started.elapsed());
+            let versions = match tokio::time::timeout(remaining, conn.negotiate_versions()).await {
+                Ok(versions) => versions?,
+                Err(_) => {
+                    return Err(Error::ConnectTimeout {
+                        broker: conn.shared.broker.clone(),
+                        timeout: config.connect_timeout,
+                    })
+                }
+            };
             let _ = conn.shared.versions.set(versions);
             if let Some(sasl) = &config.sasl {
                 super::sasl::authenticate(&conn, sasl).await?;

@@ -49,7 +49,7 @@
 //! [KIP-392]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-392%3A+Allow+consumers+to+fetch+from+closest+replica
 //! [KIP-320]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-320%3A+Allow+fetchers+to+detect+and+handle+log+truncation
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -224,6 +224,9 @@ impl BrokerPace {
     }
 }
 
+/// What a background connect returns.
+type ConnectAnswer = (i32, Result<BrokerConnection>);
+
 /// What a fetch task returns.
 type FetchAnswer = (i32, BrokerRef, Instant, Duration, Result<FetchResponse>);
 
@@ -249,6 +252,11 @@ pub struct Consumer {
     conns: HashMap<i32, BrokerConnection>,
     /// One fetch per broker at most; each keeps going between polls.
     in_flight: tokio::task::JoinSet<FetchAnswer>,
+    /// Connections being opened, one task per broker (the brokers in
+    /// `connecting_to`): a broker that does not answer never holds up the
+    /// poll (see `start_connects`).
+    connecting: tokio::task::JoinSet<ConnectAnswer>,
+    connecting_to: HashSet<i32>,
     pace: HashMap<i32, BrokerPace>,
     /// Topics whose metadata an answer said is stale.
     refresh: Vec<Arc<str>>,
@@ -272,6 +280,7 @@ impl std::fmt::Debug for Consumer {
             .field("config", &self.config)
             .field("fetcher", &self.fetcher)
             .field("in_flight", &self.in_flight.len())
+            .field("connecting", &self.connecting_to)
             .finish()
     }
 }
@@ -288,6 +297,8 @@ impl Consumer {
             config,
             conns: HashMap::new(),
             in_flight: tokio::task::JoinSet::new(),
+            connecting: tokio::task::JoinSet::new(),
+            connecting_to: HashSet::new(),
             pace: HashMap::new(),
             refresh: Vec::new(),
             pending_error: None,
@@ -581,15 +592,16 @@ impl Consumer {
                 // Stale metadata (a leader unreachable): look again soon.
                 wake = wake.min(now + backoff.next_delay());
             }
-            if self.in_flight.is_empty() {
+            if self.in_flight.is_empty() && self.connecting.is_empty() {
                 tokio::time::sleep_until(wake.into()).await;
                 continue;
             }
             tokio::select! {
-                joined = self.in_flight.join_next() => {
-                    if let Some(joined) = joined {
-                        self.handle_answer(joined);
-                    }
+                Some(joined) = self.in_flight.join_next(), if !self.in_flight.is_empty() => {
+                    self.handle_answer(joined);
+                }
+                Some(joined) = self.connecting.join_next(), if !self.connecting.is_empty() => {
+                    self.handle_connected(joined);
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
@@ -621,8 +633,9 @@ impl Consumer {
     }
 
     /// Refreshes stale metadata, positions unpositioned partitions and
-    /// opens connections to the leaders of fetchable partitions. Changes
-    /// `self` only with finished work.
+    /// starts opening (in the background) connections to the brokers that
+    /// fetchable partitions are routed to. Changes `self` only with
+    /// finished work.
     async fn prepare(&mut self) -> Result<()> {
         if !self.refresh.is_empty() {
             let topics: Vec<Arc<str>> = self.refresh.clone();
@@ -649,39 +662,93 @@ impl Consumer {
                 self.cluster.leader(&topic, partition).await?;
             }
         }
+        self.start_connects();
+        Ok(())
+    }
+
+    /// Opens, in the background, a connection to each broker that a
+    /// fetchable partition is routed to and that has none: one task per
+    /// broker (`connecting`). A broker that does not answer
+    /// (a network partition: the connect or its handshake hangs until
+    /// `connect_timeout`) therefore holds up only its
+    /// own partitions, never the fetches to the others. A broker whose
+    /// connect failed waits out its backoff before the next attempt.
+    fn start_connects(&mut self) {
+        let now = Instant::now();
         let metadata = self.cluster.metadata();
-        for (target, topic, partition) in self.route(&metadata) {
+        for (target, _, _) in self.route(&metadata) {
             let open = self.conns.get(&target).is_some_and(|c| !c.is_closed());
-            if !open {
-                match self.cluster.broker(target).await {
-                    Ok(conn) => {
-                        self.conns.insert(target, conn);
-                    }
-                    // A preferred read replica that is unreachable: the
-                    // leader, at once (KIP-392).
-                    Err(e)
-                        if e.is_connection_error()
-                            && self.fetcher.preferred_replica(&topic, partition) == Some(target) =>
-                    {
-                        tracing::debug!(%topic, partition, replica = target, error = %e, "preferred read replica unreachable; fetching from the leader");
-                        self.fetcher.forget_preferred_replica(target);
-                    }
-                    // A leader that is gone (killed, restarting) must not
-                    // stop the fetches to the other brokers: look again at
-                    // the metadata next round, when leadership may have
-                    // moved (the cluster fences a dead broker after
-                    // broker.session.timeout.ms).
-                    Err(e) if e.is_connection_error() => {
-                        tracing::debug!(%topic, partition, leader = target, error = %e, "leader unreachable; refreshing metadata");
-                        if !self.refresh.contains(&topic) {
-                            self.refresh.push(topic.clone());
-                        }
-                    }
-                    Err(e) => return Err(e),
+            if open || self.connecting_to.contains(&target) {
+                continue;
+            }
+            if self
+                .pace
+                .get(&target)
+                .and_then(|p| p.not_before)
+                .is_some_and(|t| t > now)
+            {
+                continue;
+            }
+            self.connecting_to.insert(target);
+            let cluster = self.cluster.clone();
+            self.connecting
+                .spawn(async move { (target, cluster.broker(target).await) });
+        }
+    }
+
+    /// A background connect finished: keep the connection, or apply the
+    /// failure to the partitions routed to that broker.
+    fn handle_connected(&mut self, joined: std::result::Result<ConnectAnswer, tokio::task::JoinError>) {
+        let (target, result) = match joined {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Only a cancelled task (the consumer is being dropped) or a
+                // bug; the broker is tried again by the next poll.
+                tracing::error!(error = %e, "connect task failed");
+                self.connecting_to.clear();
+                return;
+            }
+        };
+        self.connecting_to.remove(&target);
+        let e = match result {
+            Ok(conn) => {
+                self.conns.insert(target, conn);
+                return;
+            }
+            Err(e) => e,
+        };
+        let now = Instant::now();
+        let pace = self.pace(target);
+        pace.not_before = Some(now + pace.next_delay());
+        let metadata = self.cluster.metadata();
+        let mut forgot_replica = false;
+        for (routed, topic, partition) in self.route(&metadata) {
+            if routed != target {
+                continue;
+            }
+            if e.is_connection_error() && self.fetcher.preferred_replica(&topic, partition) == Some(target) {
+                // A preferred read replica that is unreachable: the
+                // leader, at once (KIP-392).
+                if !forgot_replica {
+                    tracing::debug!(%topic, partition, replica = target, error = %e, "preferred read replica unreachable; fetching from the leader");
+                    self.fetcher.forget_preferred_replica(target);
+                    forgot_replica = true;
+                }
+            } else if e.is_connection_error() || matches!(e, Error::Config { option: "metadata", .. }) {
+                // A leader that is gone (killed, restarting, cut off) must
+                // not stop the fetches to the other brokers: look again at
+                // the metadata, where leadership may have moved (the
+                // cluster fences a dead broker after
+                // broker.session.timeout.ms).
+                tracing::debug!(%topic, partition, leader = target, error = %e, "leader unreachable; refreshing metadata");
+                if !self.refresh.contains(&topic) {
+                    self.refresh.push(topic.clone());
                 }
             }
         }
-        Ok(())
+        if !(e.is_retriable() || matches!(e, Error::Config { option: "metadata", .. })) {
+            self.pending_error.get_or_insert(e);
+        }
     }
 
     /// Checks positions against new leaders (KIP-320): an

@@ -138,7 +138,9 @@ pub struct ClientConfig {
     pub bootstrap: Vec<String>,
     /// Sent in every request header (`client.id`).
     pub client_id: String,
-    /// Bound on establishing a TCP connection.
+    /// Bound on establishing a connection: the TCP connect, the TLS
+    /// handshake and the ApiVersions exchange together (SASL then runs
+    /// under `request_timeout` per step).
     pub connect_timeout: Duration,
     /// Bound on waiting for any one response (`request.timeout.ms`). A request
     /// that times out closes its connection.

@@ -13,8 +13,16 @@
 //! sequence order) goes out again with the same bytes. A batch refused for
 //! good gives its sequence numbers back: the batches queued behind it are
 //! renumbered (only their base sequence and CRC change).
+//!
+//! Connections are opened in the background, one task per broker: a
+//! broker that does not answer (a network partition: the connect waits out
+//! `connect_timeout`) holds back only the batches led by it, never the
+//! loop that sends to the others. Its batches wait in their queues until
+//! the connect ends; a failed connect fails the attempt exactly as a failed
+//! request does (retried with backoff after a metadata refresh, or the
+//! error itself when it is not retriable).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,7 +54,16 @@ enum Outcome {
 /// The background task; ends once the producer is closed and idle.
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
+    // Background connects (see the module docs), and the failures they
+    // ended with, each consumed by the next attempt to that broker.
+    let mut connecting: tokio::task::JoinSet<(i32, Result<BrokerConnection, Error>)> = tokio::task::JoinSet::new();
+    let mut connecting_to: HashSet<i32> = HashSet::new();
+    let mut connect_failed: HashMap<i32, Error> = HashMap::new();
     loop {
+        while let Some(joined) = connecting.try_join_next() {
+            connected(joined, &mut conns, &mut connecting_to, &mut connect_failed);
+        }
+        let mut to_connect: Vec<i32> = Vec::new();
         let closing = shared.closed.load(Ordering::Acquire);
         let flushing = closing || shared.flushing.load(Ordering::Acquire) > 0;
         let now = Instant::now();
@@ -140,6 +157,16 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     next_deadline = Some(next_deadline.map_or(t, |d| d.min(t)));
                     continue;
                 };
+                // No connection yet: opened in the background while this
+                // batch waits in its queue (a failed connect is reported by
+                // the attempt that follows it).
+                let connected = conns.get(&node).is_some_and(|c| !c.is_closed());
+                if !connected && !connect_failed.contains_key(&node) {
+                    if connecting_to.insert(node) {
+                        to_connect.push(node);
+                    }
+                    continue;
+                }
                 let group = match groups.iter().position(|(n, _)| *n == node) {
                     Some(g) => g,
                     None => {
@@ -182,9 +209,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 shared.wake.notify_one();
             });
         }
+        for node in to_connect {
+            let cluster = shared.cluster.clone();
+            connecting.spawn(async move { (node, cluster.broker(node).await) });
+        }
         let sent_any = !groups.is_empty();
         for (node, batches) in groups {
-            send_request(&shared, &mut conns, node, batches).await;
+            send_request(&shared, &mut conns, &mut connect_failed, node, batches).await;
         }
         if closing && shared.outstanding.load(Ordering::Acquire) == 0 {
             break;
@@ -198,12 +229,49 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 tokio::select! {
                     _ = shared.wake.notified() => {}
                     _ = tokio::time::sleep_until(d.into()) => {}
+                    Some(joined) = connecting.join_next(), if !connecting.is_empty() => {
+                        connected(joined, &mut conns, &mut connecting_to, &mut connect_failed);
+                    }
                 }
             }
-            None => shared.wake.notified().await,
+            None => {
+                tokio::select! {
+                    _ = shared.wake.notified() => {}
+                    Some(joined) = connecting.join_next(), if !connecting.is_empty() => {
+                        connected(joined, &mut conns, &mut connecting_to, &mut connect_failed);
+                    }
+                }
+            }
         }
     }
     tracing::debug!("producer sender stopped");
+}
+
+/// A background connect ended: keep the connection, or keep the failure
+/// for the next attempt to that broker to report.
+fn connected(
+    joined: Result<(i32, Result<BrokerConnection, Error>), tokio::task::JoinError>,
+    conns: &mut HashMap<i32, BrokerConnection>,
+    connecting_to: &mut HashSet<i32>,
+    connect_failed: &mut HashMap<i32, Error>,
+) {
+    match joined {
+        Ok((node, Ok(conn))) => {
+            connecting_to.remove(&node);
+            conns.insert(node, conn);
+        }
+        Ok((node, Err(e))) => {
+            connecting_to.remove(&node);
+            tracing::debug!(broker = node, error = %e, "connect failed");
+            connect_failed.insert(node, e);
+        }
+        Err(e) => {
+            // Only a bug or a runtime shutting down; the brokers are tried
+            // again.
+            tracing::error!(error = %e, "connect task failed");
+            connecting_to.clear();
+        }
+    }
 }
 
 /// Renumbers the encoded batches queued behind a refused one from the last
@@ -288,6 +356,7 @@ thread_local! {
 async fn send_request(
     shared: &Arc<Shared>,
     conns: &mut HashMap<i32, BrokerConnection>,
+    connect_failed: &mut HashMap<i32, Error>,
     node: i32,
     batches: Vec<(usize, Batch)>,
 ) {
@@ -330,9 +399,11 @@ async fn send_request(
         }
         ready = kept;
     }
-    let conn = match conns.get(&node) {
-        Some(c) if !c.is_closed() => Ok(c.clone()),
-        _ => shared.cluster.broker(node).await.inspect(|c| {
+    let conn = match (connect_failed.remove(&node), conns.get(&node)) {
+        (Some(e), _) => Err(e),
+        (None, Some(c)) if !c.is_closed() => Ok(c.clone()),
+        // Not reached (the loop connects first), but correct all the same.
+        (None, _) => shared.cluster.broker(node).await.inspect(|c| {
             conns.insert(node, c.clone());
         }),
     };

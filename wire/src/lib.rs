@@ -29,8 +29,6 @@ pub mod compression;
 pub mod confluent;
 pub mod error;
 pub mod error_code;
-// lints: converted after the cluster merge
-#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::unwrap_used)]
 pub mod fetcher;
 pub mod frame;
 pub mod messages;

@@ -10,19 +10,35 @@
 //!   delivered twice: per partition, delivered offsets strictly increase;
 //! - nothing at or past the high watermark (the LSO under
 //!   `read_committed`) of the answer the records came from is delivered,
-//!   and no control record is.
+//!   and no control record is;
+//! - fetch sessions (KIP-227): without sessions every request is a
+//!   sessionless full fetch; a full request lists exactly the partitions it
+//!   is for; an incremental one, applied to what the broker holds from the
+//!   previous request to it (minus `forgotten_topics_data`, plus the
+//!   listed), gives exactly those partitions, with the next epoch; after a
+//!   failed fetch the next request to that broker is full. Every listed
+//!   partition is fetched from its position and is not awaiting a check;
+//! - leader epochs and truncation (KIP-320): a leader change that starts a
+//!   check stops the partition until the check is answered; a truncation
+//!   moves the position back below where it was (to the divergence with a
+//!   reset policy); an epoch the leader does not know unpositions it (with
+//!   a reset policy). Checks answered by the wrong broker, failed, dropped
+//!   or unsupported are driven too;
+//! - preferred read replicas (KIP-392): the fetch target is the leader or
+//!   the partition's preferred replica; a forgotten or failed replica is
+//!   nobody's preferred replica afterwards.
 //!
 //! Input: one flags byte, then operations (see [`fetch`]). Responses carry
 //! raw record bytes from the input, so the fuzzer writes batches itself;
 //! CRC checking is a flag so it can get past the CRC.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
-use kafka_protocol::messages::{FetchResponse, OffsetForLeaderEpochResponse, ProducerId, TopicName};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, OffsetForLeaderEpochResponse, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Fetcher, FetcherConfig, IsolationLevel};
@@ -73,7 +89,16 @@ pub fn fetch(data: &[u8]) -> usize {
         sessions: flags & 8 != 0,
         preferred_replica_max_age_ms: 1_000,
     };
+    let sessions = config.sessions;
     let mut f = Fetcher::new(config);
+    if flags & 32 != 0 {
+        f.set_client_rack(Some("rack-1"));
+    }
+    // Per broker: what its fetch session holds after our last request to
+    // it (the partitions that request was for) and that request's epoch;
+    // and the brokers whose last fetch failed (the next one must be full).
+    let mut sent: BTreeMap<i32, (BTreeSet<(String, i32)>, i32)> = BTreeMap::new();
+    let mut failed: BTreeSet<i32> = BTreeSet::new();
     let parts: Vec<(&str, i32)> = vec![("a", 0), ("a", 1), ("b", 0)];
     f.assign(&parts);
     for (t, p) in &parts {
@@ -92,9 +117,41 @@ pub fn fetch(data: &[u8]) -> usize {
         f.set_now(ops as u64 * 100);
         match op % 8 {
             0 => {
-                let broker = i32::from(input.byte().unwrap_or(0) % 2);
+                let sel = input.byte().unwrap_or(0);
                 let wanted: Vec<(Arc<str>, i32)> = f.fetchable();
-                let _ = f.build_request(broker, &wanted, 0, 1, 1 << 20);
+                // The broker as the routing picks it (the first partition's
+                // preferred replica while one is set), or as the input says.
+                let broker = match wanted.first() {
+                    Some((t, p)) if sel & 0x80 != 0 => {
+                        let leader = i32::from(sel % 2);
+                        let target = f.fetch_target(t, *p, leader, |b| b < 3);
+                        assert!(
+                            target == leader || f.preferred_replica(t, *p) == Some(target),
+                            "{t}[{p}]: fetched from {target}, neither leader {leader} nor its preferred replica"
+                        );
+                        target
+                    }
+                    _ => i32::from(sel % 3),
+                };
+                if let Some(request) = f.build_request(broker, &wanted, 0, 1, 1 << 20) {
+                    let still: Vec<(Arc<str>, i32)> = f.fetchable();
+                    let asked: BTreeSet<(String, i32)> = wanted
+                        .iter()
+                        .filter(|w| !still.contains(w))
+                        .map(|(t, p)| (t.to_string(), *p))
+                        .collect();
+                    check_request(
+                        &f,
+                        &parts,
+                        &positions,
+                        &request,
+                        &asked,
+                        sessions,
+                        sent.get(&broker),
+                        failed.remove(&broker),
+                    );
+                    sent.insert(broker, (asked, request.session_epoch));
+                }
             }
             1 => {
                 let broker = i32::from(input.byte().unwrap_or(0) % 2);
@@ -143,8 +200,50 @@ pub fn fetch(data: &[u8]) -> usize {
                 continue;
             }
             4 => {
-                let broker = i32::from(input.byte().unwrap_or(0) % 2);
+                let broker = i32::from(input.byte().unwrap_or(0) % 3);
                 f.handle_failure(broker);
+                failed.insert(broker);
+                for (t, p) in &parts {
+                    assert_ne!(
+                        f.preferred_replica(t, *p),
+                        Some(broker),
+                        "{t}[{p}]: a failed replica still preferred"
+                    );
+                }
+            }
+            5 => {
+                // The position checks' other outcomes, the rack, the
+                // preferred replicas.
+                let b = input.byte().unwrap_or(0);
+                let broker = i32::from((b >> 3) % 3);
+                match b % 6 {
+                    0 => {
+                        f.forget_preferred_replica(broker);
+                        for (t, p) in &parts {
+                            assert_ne!(
+                                f.preferred_replica(t, *p),
+                                Some(broker),
+                                "{t}[{p}]: a forgotten replica"
+                            );
+                        }
+                    }
+                    1 => f.handle_epoch_failure(broker),
+                    2 => f.handle_epoch_unsupported(broker),
+                    3 => f.retry_epoch_requests(),
+                    4 => f.set_client_rack((b & 0x80 != 0).then_some("rack-1")),
+                    _ => {
+                        let topics = f.topics_awaiting_validation();
+                        for (t, p) in f.fetchable() {
+                            assert!(
+                                !f.awaiting_validation(&t, p),
+                                "{t}[{p}] fetchable while awaiting a check"
+                            );
+                        }
+                        for t in topics {
+                            assert!(TOPICS.contains(&&*t), "a check for unassigned topic {t}");
+                        }
+                    }
+                }
             }
             6 => {
                 // Metadata: a leader and an epoch (a change may stop the
@@ -152,14 +251,39 @@ pub fn fetch(data: &[u8]) -> usize {
                 let sel = input.byte().unwrap_or(0);
                 let (t, p) = parts[usize::from(sel) % parts.len()];
                 let epoch = i32::from(input.byte().unwrap_or(0) % 8) - 1;
-                let _ = f.update_leader(t, p, i32::from((sel >> 4) % 2), epoch);
-                let _ = f.fetch_target(t, p, 0, |b| b < 2);
+                if f.update_leader(t, p, i32::from((sel >> 4) % 2), epoch) {
+                    assert!(f.awaiting_validation(t, p), "{t}[{p}]: a check started but not awaited");
+                    assert!(
+                        !f.fetchable().iter().any(|(ft, fp)| &**ft == t && *fp == p),
+                        "{t}[{p}]: fetchable before its position is checked"
+                    );
+                }
+                let target = f.fetch_target(t, p, 0, |b| b < 2);
+                assert!(
+                    target == 0 || f.preferred_replica(t, p) == Some(target),
+                    "{t}[{p}]: target {target}"
+                );
             }
             7 => {
                 // The position checks, answered from the input.
+                let pick = input.byte().unwrap_or(0);
                 let requests = f.epoch_requests();
-                let Some((broker, request)) = requests.into_iter().next() else {
+                let n = requests.len();
+                let Some((broker, request)) = requests.into_iter().nth(usize::from(pick) % n.max(1)) else {
                     continue;
+                };
+                for rt in &request.topics {
+                    for rp in &rt.partitions {
+                        let (t, p) = (rt.topic.0.as_str(), rp.partition);
+                        assert!(f.awaiting_validation(t, p), "{t}[{p}] checked but not awaiting a check");
+                    }
+                }
+                // Now and then the answer comes from another broker (a
+                // stale connection): it must change nothing it is not for.
+                let broker = if pick & 0x80 != 0 {
+                    broker.wrapping_add(1)
+                } else {
+                    broker
                 };
                 let mut response = OffsetForLeaderEpochResponse::default();
                 for rt in &request.topics {
@@ -176,8 +300,17 @@ pub fn fetch(data: &[u8]) -> usize {
                     response.topics.push(t);
                 }
                 let out = f.handle_epoch_response(broker, response);
+                for (t, p) in &out.reset_offsets {
+                    assert_eq!(f.position(t, *p), None, "{t}[{p}]: reset but still positioned");
+                    delivered.remove(&(t.to_string(), *p));
+                }
                 for tr in &out.truncations {
                     assert!(tr.divergent_offset < tr.position, "{tr}");
+                    let i = parts
+                        .iter()
+                        .position(|(t, p)| *t == &*tr.topic && *p == tr.partition)
+                        .expect("a truncation of an assigned partition");
+                    assert_eq!(positions[i], Some(tr.position), "{tr}: not the position it had");
                     if tr.reset {
                         assert_eq!(f.position(&tr.topic, tr.partition), Some(tr.divergent_offset));
                     }
@@ -204,6 +337,73 @@ pub fn fetch(data: &[u8]) -> usize {
         }
     }
     count
+}
+
+/// Checks one Fetch request against the fetcher's promises (see the
+/// module docs): `asked` is what the request is for (the partitions it took
+/// out of the fetchable ones), `previous` what the broker's session holds
+/// from our last request to it, `after_failure` whether the last fetch to
+/// it failed.
+#[allow(clippy::too_many_arguments)]
+fn check_request(
+    f: &Fetcher,
+    parts: &[(&str, i32)],
+    positions: &[Option<i64>],
+    request: &FetchRequest,
+    asked: &BTreeSet<(String, i32)>,
+    sessions: bool,
+    previous: Option<&(BTreeSet<(String, i32)>, i32)>,
+    after_failure: bool,
+) {
+    let mut listed = BTreeSet::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            let key = (t.topic.0.to_string(), p.partition);
+            let i = parts
+                .iter()
+                .position(|(pt, pp)| *pt == key.0 && *pp == key.1)
+                .unwrap_or_else(|| panic!("{key:?}: fetched but not assigned"));
+            assert_eq!(
+                Some(p.fetch_offset),
+                positions[i],
+                "{key:?}: fetched away from its position"
+            );
+            assert!(
+                !f.awaiting_validation(&key.0, key.1),
+                "{key:?}: fetched while awaiting a check"
+            );
+            assert!(listed.insert(key.clone()), "{key:?}: listed twice");
+        }
+    }
+    let forgotten: BTreeSet<(String, i32)> = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.0.to_string(), *p)))
+        .collect();
+    if !sessions {
+        assert_eq!(
+            (request.session_id, request.session_epoch),
+            (0, -1),
+            "sessions off: a sessionless fetch"
+        );
+    }
+    if request.session_epoch <= 0 {
+        assert!(forgotten.is_empty(), "a full fetch forgets nothing");
+        assert_eq!(&listed, asked, "a full fetch lists what it is for");
+        return;
+    }
+    assert!(!after_failure, "an incremental fetch right after a failed one");
+    assert_ne!(request.session_id, 0, "an incremental fetch without a session");
+    let (held, epoch) = previous.expect("an incremental fetch to a broker never fetched from");
+    let expected_epoch = if *epoch <= 0 { 1 } else { epoch.saturating_add(1) };
+    assert_eq!(request.session_epoch, expected_epoch, "the session epoch");
+    assert!(
+        forgotten.is_subset(held),
+        "forgets {forgotten:?}, not in the session {held:?}"
+    );
+    let mut session: BTreeSet<(String, i32)> = held.difference(&forgotten).cloned().collect();
+    session.extend(listed);
+    assert_eq!(&session, asked, "the session after the incremental fetch");
 }
 
 /// A response built from the input: entries for known and unknown

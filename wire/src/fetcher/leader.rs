@@ -195,7 +195,9 @@ impl Fetcher {
         let Some(i) = self.index(topic, partition) else {
             return false;
         };
-        let a = &mut self.assigned[i];
+        let Some(a) = self.assigned.get_mut(i) else {
+            return false;
+        };
         let r = &mut a.replica;
         let old = r.leader;
         if old == Some((leader, epoch)) {
@@ -230,10 +232,10 @@ impl Fetcher {
     /// preferred replica is forgotten.
     pub fn fetch_target(&mut self, topic: &str, partition: i32, leader: i32, known: impl Fn(i32) -> bool) -> i32 {
         let now = self.now_ms;
-        let Some(i) = self.index(topic, partition) else {
+        let Some(a) = self.find_mut(topic, partition) else {
             return leader;
         };
-        let r = &mut self.assigned[i].replica;
+        let r = &mut a.replica;
         match r.preferred {
             Some((b, until)) if now < until && known(b) => b,
             Some(_) => {
@@ -247,20 +249,23 @@ impl Fetcher {
     /// The preferred read replica of `topic[partition]`, if one is set.
     pub fn preferred_replica(&self, topic: &str, partition: i32) -> Option<i32> {
         self.index(topic, partition)
-            .and_then(|i| self.assigned[i].replica.preferred.map(|(b, _)| b))
+            .and_then(|i| self.assigned.get(i))
+            .and_then(|a| a.replica.preferred.map(|(b, _)| b))
     }
 
     /// The leader epoch of the batch the position follows, if known.
     pub fn position_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
         self.index(topic, partition)
-            .and_then(|i| self.assigned[i].replica.position_epoch)
+            .and_then(|i| self.assigned.get(i))
+            .and_then(|a| a.replica.position_epoch)
     }
 
     /// Whether `topic[partition]` waits for its position to be checked
     /// against a new leader (or was found truncated with no reset policy).
     pub fn awaiting_validation(&self, topic: &str, partition: i32) -> bool {
         self.index(topic, partition)
-            .is_some_and(|i| !self.assigned[i].replica.fetchable())
+            .and_then(|i| self.assigned.get(i))
+            .is_some_and(|a| !a.replica.fetchable())
     }
 
     /// Forgets `broker` as the preferred replica of every partition (it
@@ -378,7 +383,9 @@ impl Fetcher {
                 if answered.contains(&i) {
                     continue;
                 }
-                let a = &mut self.assigned[i];
+                let Some(a) = self.assigned.get_mut(i) else {
+                    continue;
+                };
                 let Validation::InFlight {
                     broker: b,
                     offset,
@@ -446,7 +453,7 @@ impl Fetcher {
                     continue;
                 }
                 a.replica.validation = Validation::Valid;
-                out.validated += 1;
+                out.validated = out.validated.saturating_add(1);
             }
         }
         for (i, a) in self.assigned.iter_mut().enumerate() {

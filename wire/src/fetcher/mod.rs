@@ -122,7 +122,9 @@ impl ConsumerRecord {
         if self.batch.base_sequence < 0 {
             return -1;
         }
-        let delta = (self.record.offset - self.batch.base_offset) as i32;
+        // The sequence wraps at i32::MAX as the producer's does; a delta
+        // from a hostile batch only makes a wrong (never a panicking) one.
+        let delta = self.record.offset.wrapping_sub(self.batch.base_offset) as i32;
         self.batch.base_sequence.wrapping_add(delta) & i32::MAX
     }
 }
@@ -130,12 +132,14 @@ impl ConsumerRecord {
 /// The bytes a record counts against a poll's byte bound: key, value and
 /// header keys and values.
 pub fn record_size(r: &Record) -> usize {
-    r.key.as_ref().map_or(0, |k| k.len())
-        + r.value.as_ref().map_or(0, |v| v.len())
-        + r.headers
-            .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, |v| v.len()))
-            .sum::<usize>()
+    // Lengths of slices of one frame: their sum cannot overflow in
+    // practice, and saturating keeps a bound a bound if it ever did.
+    let value_len = |v: &Option<Bytes>| v.as_ref().map_or(0, |v| v.len());
+    r.headers
+        .iter()
+        .fold(value_len(&r.key).saturating_add(value_len(&r.value)), |sum, h| {
+            sum.saturating_add(h.key.len()).saturating_add(value_len(&h.value))
+        })
 }
 
 /// The state machine's settings (the request-level ones — wait, min and
@@ -469,6 +473,18 @@ impl Fetcher {
             .position(|a| &*a.topic == topic && a.partition == partition)
     }
 
+    fn find(&self, topic: &str, partition: i32) -> Option<&Assigned> {
+        self.assigned
+            .iter()
+            .find(|a| &*a.topic == topic && a.partition == partition)
+    }
+
+    fn find_mut(&mut self, topic: &str, partition: i32) -> Option<&mut Assigned> {
+        self.assigned
+            .iter_mut()
+            .find(|a| &*a.topic == topic && a.partition == partition)
+    }
+
     /// Whether `topic[partition]` is assigned.
     pub fn is_assigned(&self, topic: &str, partition: i32) -> bool {
         self.index(topic, partition).is_some()
@@ -476,13 +492,13 @@ impl Fetcher {
 
     /// The next offset to hand over, once positioned.
     pub fn position(&self, topic: &str, partition: i32) -> Option<i64> {
-        self.index(topic, partition).and_then(|i| self.assigned[i].position)
+        self.find(topic, partition).and_then(|a| a.position)
     }
 
     /// High watermark and last stable offset from the latest answer.
     pub fn watermarks(&self, topic: &str, partition: i32) -> Option<(i64, i64)> {
-        self.index(topic, partition)
-            .map(|i| (self.assigned[i].high_watermark, self.assigned[i].last_stable_offset))
+        self.find(topic, partition)
+            .map(|a| (a.high_watermark, a.last_stable_offset))
     }
 
     /// Moves a partition to `offset` (`None` unpositions it), dropping its
@@ -492,7 +508,9 @@ impl Fetcher {
         let Some(i) = self.index(topic, partition) else {
             return false;
         };
-        let a = &mut self.assigned[i];
+        let Some(a) = self.assigned.get_mut(i) else {
+            return false;
+        };
         a.position = offset;
         a.buffered = None;
         a.fruitless_at = None;
@@ -553,8 +571,7 @@ impl Fetcher {
         }
         let mut wanted: Vec<(Arc<str>, i32, SessionPartition)> = Vec::new();
         for (t, p) in partitions {
-            let Some(i) = self.index(t, *p) else { continue };
-            let a = &self.assigned[i];
+            let Some(a) = self.find(t, *p) else { continue };
             let (Some(position), None, None, true) = (a.position, &a.buffered, a.in_flight, a.replica.fetchable())
             else {
                 continue;
@@ -580,8 +597,8 @@ impl Fetcher {
         let mut expected = BTreeMap::new();
         for (t, p, sp) in &wanted {
             expected.insert((t.clone(), *p), sp.fetch_offset);
-            if let Some(i) = self.index(t, *p) {
-                self.assigned[i].in_flight = Some(broker);
+            if let Some(a) = self.find_mut(t, *p) {
+                a.in_flight = Some(broker);
             }
         }
         let mut topics: Vec<FetchTopic> = Vec::new();
@@ -644,9 +661,9 @@ impl Fetcher {
 
     fn clear_in_flight(&mut self, broker: i32, sent: &SentFetch) {
         for (t, p) in sent.expected.keys() {
-            if let Some(i) = self.index(t, *p) {
-                if self.assigned[i].in_flight == Some(broker) {
-                    self.assigned[i].in_flight = None;
+            if let Some(a) = self.find_mut(t, *p) {
+                if a.in_flight == Some(broker) {
+                    a.in_flight = None;
                 }
             }
         }
@@ -703,27 +720,29 @@ impl Fetcher {
                     .find(|(t, p)| &**t == topic.topic.0.as_str() && *p == data.partition_index)
                     .map(|(t, _)| t.clone());
                 let Some(t) = key_topic else {
-                    out.ignored += 1;
+                    out.ignored = out.ignored.saturating_add(1);
                     continue;
                 };
                 let p = data.partition_index;
                 if !seen.insert((t.clone(), p)) {
-                    out.ignored += 1;
+                    out.ignored = out.ignored.saturating_add(1);
                     continue;
                 }
-                let fetch_offset = sent.expected[&(t.clone(), p)];
-                let Some(i) = self.index(&t, p) else {
-                    out.ignored += 1;
+                let (Some(&fetch_offset), Some(i)) = (sent.expected.get(&(t.clone(), p)), self.index(&t, p)) else {
+                    out.ignored = out.ignored.saturating_add(1);
                     continue;
                 };
                 let read_committed = self.config.isolation == IsolationLevel::ReadCommitted;
                 let auto_reset = self.config.auto_reset;
                 let (now_ms, preferred_max_age) = (self.now_ms, self.config.preferred_replica_max_age_ms);
-                let a = &mut self.assigned[i];
+                let Some(a) = self.assigned.get_mut(i) else {
+                    out.ignored = out.ignored.saturating_add(1);
+                    continue;
+                };
                 // Stale (moved, already holding data), or waiting for its
                 // position to be checked against a new leader (KIP-320).
                 if a.position != Some(fetch_offset) || a.buffered.is_some() || !a.replica.fetchable() {
-                    out.ignored += 1;
+                    out.ignored = out.ignored.saturating_add(1);
                     continue;
                 }
                 let code = KafkaCode(data.error_code);
@@ -791,7 +810,7 @@ impl Fetcher {
                     aborted.sort_unstable();
                 }
                 if a.fruitless_at == Some(fetch_offset) {
-                    out.stalled += 1;
+                    out.stalled = out.stalled.saturating_add(1);
                 }
                 a.buffered = Some(Buffered {
                     fetch_offset,
@@ -806,7 +825,7 @@ impl Fetcher {
                     error: None,
                 });
                 self.ready.push_back(i);
-                out.buffered += 1;
+                out.buffered = out.buffered.saturating_add(1);
             }
         }
         out
@@ -823,8 +842,18 @@ impl Fetcher {
         let max_records = max_records.max(1);
         'partitions: while out.len() < max_records {
             let Some(&i) = self.ready.front() else { break };
+            if i >= self.assigned.len() {
+                // Not a partition (cannot happen: `ready` is rebuilt with
+                // every assignment); dropped rather than trusted.
+                self.ready.pop_front();
+                continue;
+            }
             loop {
-                let pending_error = self.assigned[i].buffered.as_mut().and_then(|b| b.error.take());
+                let pending_error = self
+                    .assigned
+                    .get_mut(i)
+                    .and_then(|a| a.buffered.as_mut())
+                    .and_then(|b| b.error.take());
                 let step = match pending_error {
                     Some(e) => Err(e),
                     None => match self.drain_current(i, &mut out, &mut bytes, max_records, max_bytes) {
@@ -837,21 +866,25 @@ impl Fetcher {
                 match step {
                     Ok(Step::Moved) => {}
                     Ok(Step::Exhausted) => {
-                        let a = &mut self.assigned[i];
-                        if let Some(b) = a.buffered.take() {
-                            a.fruitless_at =
-                                (!b.delivered_any && a.position == Some(b.fetch_offset)).then_some(b.fetch_offset);
+                        if let Some(a) = self.assigned.get_mut(i) {
+                            if let Some(b) = a.buffered.take() {
+                                a.fruitless_at =
+                                    (!b.delivered_any && a.position == Some(b.fetch_offset)).then_some(b.fetch_offset);
+                            }
                         }
                         self.ready.pop_front();
                         continue 'partitions;
                     }
                     Err(e) => {
+                        let a = self.assigned.get_mut(i);
                         if out.is_empty() {
-                            self.assigned[i].buffered = None;
+                            if let Some(a) = a {
+                                a.buffered = None;
+                            }
                             self.ready.pop_front();
                             return Err(e);
                         }
-                        if let Some(b) = self.assigned[i].buffered.as_mut() {
+                        if let Some(b) = a.and_then(|a| a.buffered.as_mut()) {
                             b.error = Some(e);
                         }
                         break 'partitions;
@@ -880,7 +913,10 @@ impl Fetcher {
             buffered,
             replica,
             ..
-        } = &mut self.assigned[i];
+        } = match self.assigned.get_mut(i) {
+            Some(a) => a,
+            None => return Ok(Drained::NoBatch),
+        };
         let Some(b) = buffered.as_mut() else {
             return Ok(Drained::NoBatch);
         };
@@ -1000,7 +1036,9 @@ impl Fetcher {
             ..DecodeOptions::default()
         };
         let partition_max_bytes = self.config.partition_max_bytes;
-        let a = &mut self.assigned[i];
+        let Some(a) = self.assigned.get_mut(i) else {
+            return Ok(Step::Exhausted);
+        };
         let Some(position) = a.position else {
             return Ok(Step::Exhausted);
         };

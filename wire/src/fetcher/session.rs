@@ -116,7 +116,9 @@ impl FetchSession {
             // Not the session we asked about: start over.
             self.reset();
         } else {
-            self.epoch = if self.epoch == i32::MAX { 1 } else { self.epoch + 1 };
+            // After i32::MAX the epoch wraps to 1 (KIP-227), never to 0 or
+            // below, which would mean a new or closed session.
+            self.epoch = self.epoch.checked_add(1).unwrap_or(1);
         }
     }
 
