@@ -835,8 +835,9 @@ fn rdkafka_builds_what_native_builds_and_validates_the_passthrough() {
         assert_eq!(e.option(), Some("kafka.no.such.property"), "{e}");
         // Verbatim: a librdkafka property the native table does not know.
         rd(kind, &[("kafka.socket.keepalive.enable", "true")]).expect("librdkafka takes socket.keepalive.enable");
-        let e = build_on("native", kind, &[("kafka.socket.keepalive.enable", "true")]).unwrap_err();
-        assert_eq!(e.option(), Some("kafka.socket.keepalive.enable"), "{e}");
+        // The native client accepts it with a warning (the OS default stays).
+        build_on("native", kind, &[("kafka.socket.keepalive.enable", "true")])
+            .expect("native accepts socket.keepalive.enable, warned about");
         // client.rack (KIP-392) is a consumer setting on both backends.
         if kind.is_source() {
             rd(kind, &[("kafka.client.rack", "r1")]).expect("librdkafka takes client.rack");
@@ -860,4 +861,159 @@ fn rdkafka_builds_what_native_builds_and_validates_the_passthrough() {
     )
     .unwrap_err();
     assert_eq!(e.option(), Some("kafka.queue.buffering.max.messages"), "{e}");
+}
+
+/// Every property of librdkafka's CONFIGURATION.md (and the Java names the
+/// client's table adds) through the connector on the native backend: each
+/// is refused naming it and why, accepted with one warning line naming it,
+/// accepted only at its fixed value, or read (a bad value is refused naming
+/// it; its effect on the configurations is
+/// `client::properties::tests::every_applied_property_changes_the_configuration`
+/// and, for the connector's own mapping, the tests above).
+#[test]
+fn every_librdkafka_property_is_applied_warned_about_or_refused_by_name() {
+    use clink_kafka::client::properties::{known_names, treatment, Setting, Treatment};
+    let logs = common::connector::capture_logs();
+    // The connector maps these through its own options or security aliases,
+    // or takes free text: a bad value is not a thing.
+    let free_text = |s: Setting| {
+        matches!(
+            s,
+            Setting::ClientId
+                | Setting::GroupId
+                | Setting::ClientRack
+                | Setting::TransactionalId
+                | Setting::SaslUsername
+                | Setting::SaslPassword
+                | Setting::SslCaLocation
+                | Setting::SslCertificateLocation
+                | Setting::SslKeyLocation
+                | Setting::SslKeyPassword
+        )
+    };
+    let kinds = [
+        FactoryKind::MessageSource,
+        FactoryKind::MessageSink,
+        FactoryKind::TwoPhaseCommitSink,
+    ];
+    let build = |kind: FactoryKind, key: &str, value: &str| {
+        let mut p = params(kind, &[(key, value)]);
+        if kind == FactoryKind::TwoPhaseCommitSink {
+            p.insert("transactional_id".into(), "tx".into());
+            p.insert("receipts_in_memory".into(), "true".into());
+            return clink_kafka::connector::options::parse_two_phase_commit(&p, 0, 1).map(drop);
+        }
+        check(kind, &[(key, value)])
+    };
+    let mut counts = BTreeMap::<&str, usize>::new();
+    for name in known_names() {
+        let key = format!("kafka.{name}");
+        let t = treatment(name).unwrap();
+        match t {
+            Treatment::Refused(_) => {
+                for kind in kinds {
+                    let e = build(kind, &key, "x").unwrap_err();
+                    assert_eq!(e.option(), Some(key.as_str()), "{kind:?}: {e}");
+                }
+                *counts.entry("refused").or_default() += 1;
+            }
+            Treatment::Unsupported(_) => {
+                for kind in kinds {
+                    let e = build(kind, &key, "x").unwrap_err();
+                    assert_eq!(e.option(), Some(key.as_str()), "{kind:?}: {e}");
+                }
+                *counts.entry("unsupported").or_default() += 1;
+            }
+            Treatment::Ignored(_) => {
+                let accepted = kinds.iter().filter(|k| build(**k, &key, "1").is_ok()).count();
+                assert!(accepted > 0, "{key} accepted by no factory");
+                let line = format!("property=\"{name}\"");
+                assert!(
+                    logs.contents().lines().any(|l| l.contains("WARN") && l.contains(&line)),
+                    "no warning line names {name}"
+                );
+                *counts.entry("ignored").or_default() += 1;
+            }
+            Treatment::Fixed { value, .. } => {
+                assert!(
+                    kinds.iter().any(|k| build(*k, &key, value).is_ok()),
+                    "{key}={value} refused"
+                );
+                for kind in kinds {
+                    let e = build(kind, &key, "something-else").unwrap_err();
+                    assert_eq!(e.option(), Some(key.as_str()), "{kind:?}: {e}");
+                }
+                *counts.entry("fixed").or_default() += 1;
+            }
+            Treatment::Applied(setting) => {
+                let outcomes: Vec<_> = kinds.iter().map(|k| build(*k, &key, "bogus-value")).collect();
+                if free_text(setting) {
+                    continue;
+                }
+                // Read by at least one factory: its bad value is refused
+                // naming it; wherever it is not read, the refusal names it too.
+                for (kind, r) in kinds.iter().zip(&outcomes) {
+                    let e = r.as_ref().expect_err(&format!("{kind:?} {key}=bogus-value accepted"));
+                    assert!(
+                        e.option() == Some(key.as_str()) || e.to_string().contains(name),
+                        "{kind:?}: {e}"
+                    );
+                }
+                *counts.entry("applied").or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    eprintln!("{counts:?}");
+    assert!(counts.values().sum::<usize>() > 150, "{counts:?}");
+}
+
+/// Table-mapped properties the connector's own options do not name reach
+/// the native configurations.
+#[test]
+fn table_mapped_properties_reach_the_native_configurations() {
+    let o = parse_sink(
+        FactoryKind::MessageSink,
+        &params(
+            FactoryKind::MessageSink,
+            &[
+                ("kafka.max.in.flight.requests.per.connection", "2"),
+                ("kafka.allow.auto.create.topics", "false"),
+                ("kafka.connections.max.idle.ms", "1234"),
+                ("kafka.debug", "protocol"),
+                ("kafka.buffer.memory", "2000000"),
+            ],
+        ),
+    )
+    .unwrap();
+    let pc = o.producer_config().unwrap();
+    assert_eq!(pc.max_in_flight, 2);
+    assert!(!pc.allow_auto_create_topics);
+    assert_eq!(pc.buffer_memory, 2_000_000);
+    let cc = o.client_config().unwrap();
+    assert_eq!(cc.connections_max_idle, std::time::Duration::from_millis(1234));
+    assert!(cc.debug, "kafka.debug turns on the protocol log");
+    // Above 5 in flight needs idempotence off.
+    let e = parse_sink(
+        FactoryKind::MessageSink,
+        &params(FactoryKind::MessageSink, &[("kafka.max.in.flight", "6")]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("max.in.flight"), "{e}");
+    let o = parse_source(
+        FactoryKind::MessageSource,
+        &params(FactoryKind::MessageSource, &[("kafka.fetch.max.wait.ms", "77")]),
+        0,
+        1,
+    )
+    .unwrap();
+    assert_eq!(o.consumer_config().max_wait, std::time::Duration::from_millis(77));
+    // A consumer property on a sink, an unknown one with a suggestion.
+    let e = check(FactoryKind::MessageSink, &[("kafka.queued.min.messages", "5")]).unwrap_err();
+    assert!(e.to_string().contains("consumer property"), "{e}");
+    let e = check(FactoryKind::MessageSource, &[("kafka.fetch.wait.max.mss", "5")]).unwrap_err();
+    assert!(
+        e.to_string().contains("did you mean \"kafka.fetch.wait.max.ms\""),
+        "{e}"
+    );
 }
