@@ -1163,7 +1163,10 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             return Ok(());
         }
         let timeout = self.options.sink.flush_timeout;
-        self.backend()?.flush(timeout).await?;
+        self.backend()?
+            .flush(timeout)
+            .await
+            .map_err(|e| super::sink::timeout_named(e, "flush_timeout"))?;
         let pending = std::mem::take(&mut self.pending);
         let topic = self.options.sink.topic.clone();
         let wait = async {
