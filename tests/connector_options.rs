@@ -1017,3 +1017,89 @@ fn table_mapped_properties_reach_the_native_configurations() {
         "{e}"
     );
 }
+
+/// Issue 15's "no inert option": every option each factory accepts (the
+/// lists in `connector/options.rs`) and the test that shows it acting —
+/// against the broker where the effect is on the wire, on the built
+/// configuration where the effect is a client setting whose own behaviour
+/// the client tests cover. This test fails when a factory grows an option
+/// without an entry here, when an entry names an option no factory
+/// accepts, or when a named test no longer exists. The `kafka.<property>`
+/// passthrough is walked by
+/// `every_librdkafka_property_is_applied_warned_about_or_refused_by_name`.
+#[test]
+fn every_option_of_every_factory_is_shown_to_act() {
+    const SHOWN: &[(&str, &[&str])] = &[
+        ("brokers", &["tests/connector_sink.rs::text_sink_delivers_and_flushes_on_barrier"]),
+        ("topic", &["tests/connector_sink.rs::text_sink_delivers_and_flushes_on_barrier"]),
+        ("client_id", &["tests/observability.rs::metric_prefix_names_the_connector_and_client_series"]),
+        ("metric_prefix", &["tests/observability.rs::metric_prefix_names_the_connector_and_client_series"]),
+        ("backend", &["tests/connector_sql.rs::backend_in_with_reaches_the_factory", "tests/cross_backend.rs::gzip_and_zstd_batches_cross_backends_both_ways"]),
+        ("security_protocol", &["tests/connector_security.rs::source_and_sink_over_tls", "tests/connector_options.rs::tls_options_reach_the_ssl_mtls_and_sasl_ssl_listeners"]),
+        ("sasl_mechanism", &["tests/connector_security.rs::source_and_sink_over_sasl_ssl_with_scram_sha_256_and_512"]),
+        ("sasl_username", &["tests/connector_security.rs::source_and_sink_over_sasl_ssl_with_scram_sha_256_and_512"]),
+        ("sasl_password", &["tests/connector_security.rs::a_wrong_scram_password_is_an_authentication_error_that_never_echoes_it"]),
+        ("ssl_ca_location", &["tests/connector_security.rs::an_untrusted_ca_is_a_certificate_error", "tests/connector_security.rs::source_and_sink_over_tls"]),
+        ("ssl_certificate_location", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),
+        ("ssl_key_location", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),
+        ("ssl_key_password", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),
+        ("ssl_endpoint_identification_algorithm", &["tests/connector_options.rs::tls_options_are_validated_and_mapped"]),
+        ("enable_ssl_certificate_verification", &["tests/connector_options.rs::tls_options_are_validated_and_mapped", "tests/connector_options.rs::rdkafka_builds_what_native_builds_and_validates_the_passthrough"]),
+        ("group_id", &["tests/connector_source.rs::fresh_group_starts_by_policy_and_a_committed_offset_is_used"]),
+        ("auto_offset_reset", &["tests/connector_source.rs::fresh_group_starts_by_policy_and_a_committed_offset_is_used"]),
+        ("batch_max_wait_ms", &["tests/connector_source.rs::batch_max_wait_bounds_batches_on_a_trickle"]),
+        ("poll_timeout", &["tests/connector_source.rs::batch_max_wait_bounds_batches_on_a_trickle"]),
+        ("max_batch_size", &["tests/connector_source.rs::batch_shapes_in_virtual_time"]),
+        ("partition_discovery_interval", &["tests/connector_source.rs::a_partition_added_while_running_is_picked_up"]),
+        // Only `manual` is accepted, which is what the source does: it never commits.
+        ("commit_mode", &["tests/connector_options.rs::each_bad_value_gives_its_own_named_error", "tests/connector_source.rs::fresh_group_starts_by_policy_and_a_committed_offset_is_used"]),
+        ("enable_debug", &["tests/observability.rs::enable_debug_logs_the_protocol_and_never_the_password"]),
+        ("decode_error", &["tests/connector_registry.rs::decode_error_on_text_fails_with_where_or_skips_counts_and_moves_the_checkpoint"]),
+        ("acks", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("compression", &["tests/cross_backend.rs::gzip_and_zstd_batches_cross_backends_both_ways", "src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("linger_ms", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("produce_timeout", &["tests/connector_sink.rs::produce_timeout_and_flush_timeout_bound_their_waits_and_name_themselves"]),
+        ("flush_timeout", &["tests/connector_sink.rs::produce_timeout_and_flush_timeout_bound_their_waits_and_name_themselves"]),
+        ("fixed_partition", &["tests/connector_sink.rs::message_sink_keeps_keys_and_headers_at_the_fixed_partition"]),
+        ("primary_key", &["tests/connector_sink.rs::upsert_tombstones_delete_keys_on_a_compacted_topic"]),
+        ("transactional_id", &["tests/connector_2pc.rs::a_committed_checkpoint_is_visible_and_an_aborted_one_never_is"]),
+        ("transaction_timeout_ms", &["tests/connector_2pc.rs::an_expired_prepared_transaction_is_an_unresolved_orphan"]),
+        ("commit_group", &["tests/connector_2pc.rs::a_commit_group_member_does_not_commit_a_checkpoint_another_member_aborted"]),
+        ("replay_suppression", &["tests/connector_2pc.rs::receipts_confirm_commits_and_arm_replay_suppression"]),
+        ("receipt_dir", &["tests/connector_2pc.rs::a_committed_checkpoint_is_visible_and_an_aborted_one_never_is"]),
+        ("receipts_in_memory", &["src/connector/registry.rs::a_2pc_sink_needs_a_place_for_receipts_or_an_explicit_opt_in"]),
+        ("format", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source", "tests/connector_registry.rs::json_schema_round_trips_and_interoperates_both_ways_with_an_independent_peer"]),
+        ("schema_registry_url", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source"]),
+        ("schema_registry_subject", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("schema_registry_auto_register", &["tests/connector_registry.rs::a_sink_without_auto_register_needs_the_subject_and_options_are_checked"]),
+        ("schema_registry_value_schema", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source"]),
+        ("schema_registry_basic_auth_user_info", &["tests/connector_registry.rs::registry_failures_take_the_decode_error_path_and_a_warm_cache_outlives_an_outage"]),
+        ("schema_registry_bearer_auth_token", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs", "tests/connector_registry.rs::registry_failures_take_the_decode_error_path_and_a_warm_cache_outlives_an_outage"]),
+        ("schema_registry_ssl_ca_location", &["tests/connector_registry.rs::tls_to_the_registry_with_a_private_ca"]),
+        ("schema_registry_timeout_ms", &["tests/connector_registry.rs::registry_failures_take_the_decode_error_path_and_a_warm_cache_outlives_an_outage"]),
+    ];
+    let mut accepted = std::collections::BTreeSet::new();
+    for kind in ALL.into_iter().chain([FactoryKind::TwoPhaseCommitSink]) {
+        accepted.extend(kind.options());
+    }
+    let shown: std::collections::BTreeSet<&str> = SHOWN.iter().map(|(o, _)| *o).collect();
+    let missing: Vec<_> = accepted.difference(&shown).collect();
+    assert!(
+        missing.is_empty(),
+        "options accepted with no test showing their effect: {missing:?}"
+    );
+    let stale: Vec<_> = shown.difference(&accepted).collect();
+    assert!(stale.is_empty(), "entries for options no factory accepts: {stale:?}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (option, tests) in SHOWN {
+        assert!(!tests.is_empty(), "{option}");
+        for t in *tests {
+            let (file, name) = t.split_once("::").unwrap();
+            let text = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(
+                text.contains(&format!("fn {name}(")),
+                "{option}: {file} has no test {name}"
+            );
+        }
+    }
+}

@@ -1638,6 +1638,39 @@ mod tests {
     }
 
     #[test]
+    fn sink_options_reach_the_producer_and_registry_configs() {
+        let o = parse_sink(
+            FactoryKind::TextSink,
+            &p(&[
+                ("brokers", "h:1"),
+                ("topic", "t"),
+                ("acks", "1"),
+                ("linger_ms", "42"),
+                ("compression", "zstd"),
+                ("format", "avro"),
+                ("schema_registry_url", "http://127.0.0.1:1"),
+                ("schema_registry_subject", "custom-subject"),
+                ("schema_registry_bearer_auth_token", "tok-canary"),
+            ]),
+        )
+        .unwrap();
+        let pc = o.producer_config().unwrap();
+        assert_eq!(
+            (pc.acks, pc.linger, pc.compression),
+            (Acks::Leader, Duration::from_millis(42), Compression::Zstd)
+        );
+        assert!(!pc.idempotent, "acks=1 turns idempotence off");
+        let f = o.value_format.as_ref().unwrap();
+        assert_eq!(f.subject_for("t"), "custom-subject");
+        assert!(
+            matches!(f.registry.auth, crate::schema_registry::RegistryAuth::Bearer { .. }),
+            "{:?}",
+            f.registry.auth
+        );
+        assert!(!format!("{o:?}").contains("tok-canary"));
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("x", "250").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("x", "30s").unwrap(), Duration::from_secs(30));
