@@ -46,9 +46,9 @@ use super::{
 };
 use crate::error::{Error, Result};
 
-mod librdkafka;
+pub mod librdkafka;
 
-pub(crate) use librdkafka::LIBRDKAFKA;
+pub use librdkafka::LIBRDKAFKA;
 
 /// Which table of librdkafka's `CONFIGURATION.md` documents a property.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -488,6 +488,11 @@ pub fn treatment(name: &str) -> Option<Treatment> {
 /// Every name [`treatment`] knows: librdkafka's, then [`EXTRA`]'s.
 pub fn known_names() -> impl Iterator<Item = &'static str> {
     LIBRDKAFKA.iter().map(|d| d.name).chain(EXTRA.iter().map(|e| e.name))
+}
+
+/// Whether librdkafka documents `name` (so the rdkafka backend can take it).
+pub fn is_librdkafka_property(name: &str) -> bool {
+    LIBRDKAFKA.iter().any(|d| d.name == name)
 }
 
 /// Which client a known property is for.

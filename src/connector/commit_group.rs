@@ -18,7 +18,7 @@
 //!   the epoch's membership is the members at that moment.
 //! - A member asked to commit a checkpoint its group aborted aborts its own
 //!   transaction for it instead and returns
-//!   [`ConnectorError::GroupAborted`]. Under a driver that broadcasts every
+//!   [`ConnectorError::GroupAborted`](super::ConnectorError::GroupAborted). Under a driver that broadcasts every
 //!   abort (the reference's engine, `clink-kafka copy`) this never happens
 //!   and the group changes nothing but its epoch: it adds no atomicity the
 //!   broadcast does not give. It matters to a driver that delivers an abort

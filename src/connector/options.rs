@@ -737,10 +737,15 @@ fn table_property(kind: FactoryKind, inputs: &mut Inputs, key: &str, property: &
             if !value.trim().eq_ignore_ascii_case(fixed) {
                 return Err(ConnectorError::invalid(key, value, format!("{fixed} ({reason})")));
             }
+            // The same value on librdkafka, where it is not (always) the default.
+            if inputs.backend == Backend::Rdkafka && refused_on_rdkafka(property).is_none() {
+                inputs.verbatim.insert(property.to_owned(), value.to_owned());
+            }
             return Ok(());
         }
         _ => {}
     }
+    let librdkafka_name = table::is_librdkafka_property(property);
     let role = table::role(property).unwrap_or(Role::Any);
     let wrong = match role {
         Role::Consumer if !kind.is_source() => Some("a consumer property, and this is a sink"),
@@ -753,6 +758,13 @@ fn table_property(kind: FactoryKind, inputs: &mut Inputs, key: &str, property: &
         }
         if let Some(why) = wrong {
             return Err(refuse(why.into()));
+        }
+        if !librdkafka_name {
+            return Err(refuse(
+                "a Java client name librdkafka does not have; it applies with backend = native (on rdkafka use \
+                 librdkafka's name)"
+                    .into(),
+            ));
         }
         inputs.verbatim.insert(property.to_owned(), value.to_owned());
         return Ok(());

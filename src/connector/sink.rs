@@ -386,6 +386,13 @@ pub(crate) fn timeout_named(e: ConnectorError, option: &str) -> ConnectorError {
                 timeout,
             })
         }
+        // librdkafka's "Local: Timed out" (the rdkafka backend).
+        ConnectorError::Rdkafka { operation, message } if message.to_ascii_lowercase().contains("timed out") => {
+            ConnectorError::Rdkafka {
+                operation: format!("{operation} ({option})"),
+                message,
+            }
+        }
         other => other,
     }
 }
