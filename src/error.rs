@@ -155,6 +155,10 @@ pub enum Error {
     /// A configuration value is invalid.
     #[error("invalid configuration {option}: {message}")]
     Config { option: &'static str, message: String },
+    /// A librdkafka or Java property the client cannot take (unknown, with
+    /// the closest known name; refused, with the reason).
+    #[error("property {property:?}: {message}")]
+    Property { property: String, message: String },
     /// A fetched record batch failed to decode (CRC, codec, truncation).
     #[error("corrupt record data in {topic}[{partition}] at offset {offset}: {source}")]
     CorruptRecord {

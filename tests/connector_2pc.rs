@@ -188,6 +188,70 @@ async fn a_committed_checkpoint_is_visible_and_an_aborted_one_never_is() {
     }
 }
 
+/// `commit_group` (DESIGN.md, "Commit groups"): a driver delivers the
+/// abort of checkpoint 1 to sink A only and asks sink B to commit it.
+/// Without a group B commits (its records are visible); with A and B in
+/// one group, B aborts checkpoint 1 too (`GroupAborted`, nothing visible),
+/// the group's epoch advances once, and both commit checkpoint 2 as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_group_member_does_not_commit_a_checkpoint_another_member_aborted() {
+    let Some(brokers) = common::brokers() else { return };
+    let group = common::unique_topic("commit-group");
+    for grouped in [false, true] {
+        let a = Fixture::new(&brokers, TransactionVersion::V2, "cg-a").await;
+        let b = Fixture::new(&brokers, TransactionVersion::V2, "cg-b").await;
+        let extra: Vec<(&str, &str)> = if grouped {
+            vec![("commit_group", group.as_str())]
+        } else {
+            vec![]
+        };
+        let (mut sa, mut sb) = (a.sink(&extra), b.sink(&extra));
+        sa.open().await.unwrap();
+        sb.open().await.unwrap();
+        assert_eq!(sb.stats().commit_group_epoch, grouped.then_some(0), "joined at epoch 0");
+        sa.on_data(batch("a1", 3)).await.unwrap();
+        sb.on_data(batch("b1", 4)).await.unwrap();
+        sa.on_barrier(1).await.unwrap();
+        sb.on_barrier(1).await.unwrap();
+        sa.on_abort(1).await.unwrap();
+        let committed_1 = sb.on_commit(1).await;
+        if grouped {
+            let e = committed_1.unwrap_err();
+            assert!(
+                matches!(&e, ConnectorError::GroupAborted { group: g, checkpoint: 1, epoch: 1 } if *g == group),
+                "{e}"
+            );
+            assert!(b.visible_now().await.is_empty(), "the group aborted b1");
+            assert!(!b.receipts.join("sub0-1").exists(), "no receipt for a group abort");
+            let st = sb.stats();
+            assert_eq!((st.commits_refused_by_group, st.transactions_aborted), (1, 1), "{st:?}");
+            assert_eq!(st.commit_group_epoch, Some(1));
+        } else {
+            committed_1.expect("without a group B commits what A aborted");
+            assert_eq!(b.committed(4).await, values("b1", 4));
+            assert_eq!(sb.stats().commit_group_epoch, None);
+        }
+        // Checkpoint 2 commits in both either way; the epoch stays.
+        sa.on_data(batch("a2", 2)).await.unwrap();
+        sb.on_data(batch("b2", 2)).await.unwrap();
+        sa.on_barrier(2).await.unwrap();
+        sb.on_barrier(2).await.unwrap();
+        sa.on_commit(2).await.unwrap();
+        sb.on_commit(2).await.unwrap();
+        assert_eq!(a.committed(2).await, values("a2", 2));
+        let mut want_b = if grouped { vec![] } else { values("b1", 4) };
+        want_b.extend(values("b2", 2));
+        assert_eq!(b.committed(want_b.len()).await, want_b, "grouped = {grouped}");
+        if grouped {
+            let g = clink_kafka::connector::commit_group::CommitGroup::named(&group);
+            assert_eq!(g.epoch(), 1, "only the abort moved the group");
+            assert_eq!(g.epoch_members(), vec![a.txn_id.clone(), b.txn_id.clone()]);
+        }
+        sa.close().await.unwrap();
+        sb.close().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_after_a_barrier_wait_for_the_commit_and_land_in_the_next_transaction() {
     for (brokers, version) in common::transaction_brokers() {

@@ -835,8 +835,9 @@ fn rdkafka_builds_what_native_builds_and_validates_the_passthrough() {
         assert_eq!(e.option(), Some("kafka.no.such.property"), "{e}");
         // Verbatim: a librdkafka property the native table does not know.
         rd(kind, &[("kafka.socket.keepalive.enable", "true")]).expect("librdkafka takes socket.keepalive.enable");
-        let e = build_on("native", kind, &[("kafka.socket.keepalive.enable", "true")]).unwrap_err();
-        assert_eq!(e.option(), Some("kafka.socket.keepalive.enable"), "{e}");
+        // The native client accepts it with a warning (the OS default stays).
+        build_on("native", kind, &[("kafka.socket.keepalive.enable", "true")])
+            .expect("native accepts socket.keepalive.enable, warned about");
         // client.rack (KIP-392) is a consumer setting on both backends.
         if kind.is_source() {
             rd(kind, &[("kafka.client.rack", "r1")]).expect("librdkafka takes client.rack");
@@ -860,4 +861,245 @@ fn rdkafka_builds_what_native_builds_and_validates_the_passthrough() {
     )
     .unwrap_err();
     assert_eq!(e.option(), Some("kafka.queue.buffering.max.messages"), "{e}");
+}
+
+/// Every property of librdkafka's CONFIGURATION.md (and the Java names the
+/// client's table adds) through the connector on the native backend: each
+/// is refused naming it and why, accepted with one warning line naming it,
+/// accepted only at its fixed value, or read (a bad value is refused naming
+/// it; its effect on the configurations is
+/// `client::properties::tests::every_applied_property_changes_the_configuration`
+/// and, for the connector's own mapping, the tests above).
+#[test]
+fn every_librdkafka_property_is_applied_warned_about_or_refused_by_name() {
+    use clink_kafka::client::properties::{known_names, treatment, Setting, Treatment};
+    let logs = common::connector::capture_logs();
+    // The connector maps these through its own options or security aliases,
+    // or takes free text: a bad value is not a thing.
+    let free_text = |s: Setting| {
+        matches!(
+            s,
+            Setting::ClientId
+                | Setting::GroupId
+                | Setting::ClientRack
+                | Setting::TransactionalId
+                | Setting::SaslUsername
+                | Setting::SaslPassword
+                | Setting::SslCaLocation
+                | Setting::SslCertificateLocation
+                | Setting::SslKeyLocation
+                | Setting::SslKeyPassword
+        )
+    };
+    let kinds = [
+        FactoryKind::MessageSource,
+        FactoryKind::MessageSink,
+        FactoryKind::TwoPhaseCommitSink,
+    ];
+    let build = |kind: FactoryKind, key: &str, value: &str| {
+        let mut p = params(kind, &[(key, value)]);
+        if kind == FactoryKind::TwoPhaseCommitSink {
+            p.insert("transactional_id".into(), "tx".into());
+            p.insert("receipts_in_memory".into(), "true".into());
+            return clink_kafka::connector::options::parse_two_phase_commit(&p, 0, 1).map(drop);
+        }
+        check(kind, &[(key, value)])
+    };
+    let mut counts = BTreeMap::<&str, usize>::new();
+    for name in known_names() {
+        let key = format!("kafka.{name}");
+        let t = treatment(name).unwrap();
+        match t {
+            Treatment::Refused(_) => {
+                for kind in kinds {
+                    let e = build(kind, &key, "x").unwrap_err();
+                    assert_eq!(e.option(), Some(key.as_str()), "{kind:?}: {e}");
+                }
+                *counts.entry("refused").or_default() += 1;
+            }
+            Treatment::Unsupported(_) => {
+                for kind in kinds {
+                    let e = build(kind, &key, "x").unwrap_err();
+                    assert_eq!(e.option(), Some(key.as_str()), "{kind:?}: {e}");
+                }
+                *counts.entry("unsupported").or_default() += 1;
+            }
+            Treatment::Ignored(_) => {
+                let accepted = kinds.iter().filter(|k| build(**k, &key, "1").is_ok()).count();
+                assert!(accepted > 0, "{key} accepted by no factory");
+                let line = format!("property=\"{name}\"");
+                assert!(
+                    logs.contents().lines().any(|l| l.contains("WARN") && l.contains(&line)),
+                    "no warning line names {name}"
+                );
+                *counts.entry("ignored").or_default() += 1;
+            }
+            Treatment::Fixed { value, .. } => {
+                assert!(
+                    kinds.iter().any(|k| build(*k, &key, value).is_ok()),
+                    "{key}={value} refused"
+                );
+                for kind in kinds {
+                    let e = build(kind, &key, "something-else").unwrap_err();
+                    assert_eq!(e.option(), Some(key.as_str()), "{kind:?}: {e}");
+                }
+                *counts.entry("fixed").or_default() += 1;
+            }
+            Treatment::Applied(setting) => {
+                let outcomes: Vec<_> = kinds.iter().map(|k| build(*k, &key, "bogus-value")).collect();
+                if free_text(setting) {
+                    continue;
+                }
+                // Read by at least one factory: its bad value is refused
+                // naming it; wherever it is not read, the refusal names it too.
+                for (kind, r) in kinds.iter().zip(&outcomes) {
+                    let e = r.as_ref().expect_err(&format!("{kind:?} {key}=bogus-value accepted"));
+                    assert!(
+                        e.option() == Some(key.as_str()) || e.to_string().contains(name),
+                        "{kind:?}: {e}"
+                    );
+                }
+                *counts.entry("applied").or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    eprintln!("{counts:?}");
+    assert!(counts.values().sum::<usize>() > 150, "{counts:?}");
+}
+
+/// Table-mapped properties the connector's own options do not name reach
+/// the native configurations.
+#[test]
+fn table_mapped_properties_reach_the_native_configurations() {
+    let o = parse_sink(
+        FactoryKind::MessageSink,
+        &params(
+            FactoryKind::MessageSink,
+            &[
+                ("kafka.max.in.flight.requests.per.connection", "2"),
+                ("kafka.allow.auto.create.topics", "false"),
+                ("kafka.connections.max.idle.ms", "1234"),
+                ("kafka.debug", "protocol"),
+                ("kafka.buffer.memory", "2000000"),
+            ],
+        ),
+    )
+    .unwrap();
+    let pc = o.producer_config().unwrap();
+    assert_eq!(pc.max_in_flight, 2);
+    assert!(!pc.allow_auto_create_topics);
+    assert_eq!(pc.buffer_memory, 2_000_000);
+    let cc = o.client_config().unwrap();
+    assert_eq!(cc.connections_max_idle, std::time::Duration::from_millis(1234));
+    assert!(cc.debug, "kafka.debug turns on the protocol log");
+    // Above 5 in flight needs idempotence off.
+    let e = parse_sink(
+        FactoryKind::MessageSink,
+        &params(FactoryKind::MessageSink, &[("kafka.max.in.flight", "6")]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("max.in.flight"), "{e}");
+    let o = parse_source(
+        FactoryKind::MessageSource,
+        &params(FactoryKind::MessageSource, &[("kafka.fetch.max.wait.ms", "77")]),
+        0,
+        1,
+    )
+    .unwrap();
+    assert_eq!(o.consumer_config().max_wait, std::time::Duration::from_millis(77));
+    // A consumer property on a sink, an unknown one with a suggestion.
+    let e = check(FactoryKind::MessageSink, &[("kafka.queued.min.messages", "5")]).unwrap_err();
+    assert!(e.to_string().contains("consumer property"), "{e}");
+    let e = check(FactoryKind::MessageSource, &[("kafka.fetch.wait.max.mss", "5")]).unwrap_err();
+    assert!(
+        e.to_string().contains("did you mean \"kafka.fetch.wait.max.ms\""),
+        "{e}"
+    );
+}
+
+/// Issue 15's "no inert option": every option each factory accepts (the
+/// lists in `connector/options.rs`) and the test that shows it acting —
+/// against the broker where the effect is on the wire, on the built
+/// configuration where the effect is a client setting whose own behaviour
+/// the client tests cover. This test fails when a factory grows an option
+/// without an entry here, when an entry names an option no factory
+/// accepts, or when a named test no longer exists. The `kafka.<property>`
+/// passthrough is walked by
+/// `every_librdkafka_property_is_applied_warned_about_or_refused_by_name`.
+#[test]
+fn every_option_of_every_factory_is_shown_to_act() {
+    const SHOWN: &[(&str, &[&str])] = &[
+        ("brokers", &["tests/connector_sink.rs::text_sink_delivers_and_flushes_on_barrier"]),
+        ("topic", &["tests/connector_sink.rs::text_sink_delivers_and_flushes_on_barrier"]),
+        ("client_id", &["tests/observability.rs::metric_prefix_names_the_connector_and_client_series"]),
+        ("metric_prefix", &["tests/observability.rs::metric_prefix_names_the_connector_and_client_series"]),
+        ("backend", &["tests/connector_sql.rs::backend_in_with_reaches_the_factory", "tests/cross_backend.rs::gzip_and_zstd_batches_cross_backends_both_ways"]),
+        ("security_protocol", &["tests/connector_security.rs::source_and_sink_over_tls", "tests/connector_options.rs::tls_options_reach_the_ssl_mtls_and_sasl_ssl_listeners"]),
+        ("sasl_mechanism", &["tests/connector_security.rs::source_and_sink_over_sasl_ssl_with_scram_sha_256_and_512"]),
+        ("sasl_username", &["tests/connector_security.rs::source_and_sink_over_sasl_ssl_with_scram_sha_256_and_512"]),
+        ("sasl_password", &["tests/connector_security.rs::a_wrong_scram_password_is_an_authentication_error_that_never_echoes_it"]),
+        ("ssl_ca_location", &["tests/connector_security.rs::an_untrusted_ca_is_a_certificate_error", "tests/connector_security.rs::source_and_sink_over_tls"]),
+        ("ssl_certificate_location", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),
+        ("ssl_key_location", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),
+        ("ssl_key_password", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),
+        ("ssl_endpoint_identification_algorithm", &["tests/connector_options.rs::tls_options_are_validated_and_mapped"]),
+        ("enable_ssl_certificate_verification", &["tests/connector_options.rs::tls_options_are_validated_and_mapped", "tests/connector_options.rs::rdkafka_builds_what_native_builds_and_validates_the_passthrough"]),
+        ("group_id", &["tests/connector_source.rs::fresh_group_starts_by_policy_and_a_committed_offset_is_used"]),
+        ("auto_offset_reset", &["tests/connector_source.rs::fresh_group_starts_by_policy_and_a_committed_offset_is_used"]),
+        ("batch_max_wait_ms", &["tests/connector_source.rs::batch_max_wait_bounds_batches_on_a_trickle"]),
+        ("poll_timeout", &["tests/connector_source.rs::batch_max_wait_bounds_batches_on_a_trickle"]),
+        ("max_batch_size", &["tests/connector_source.rs::batch_shapes_in_virtual_time"]),
+        ("partition_discovery_interval", &["tests/connector_source.rs::a_partition_added_while_running_is_picked_up"]),
+        // Only `manual` is accepted, which is what the source does: it never commits.
+        ("commit_mode", &["tests/connector_options.rs::each_bad_value_gives_its_own_named_error", "tests/connector_source.rs::fresh_group_starts_by_policy_and_a_committed_offset_is_used"]),
+        ("enable_debug", &["tests/observability.rs::enable_debug_logs_the_protocol_and_never_the_password"]),
+        ("decode_error", &["tests/connector_registry.rs::decode_error_on_text_fails_with_where_or_skips_counts_and_moves_the_checkpoint"]),
+        ("acks", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("compression", &["tests/cross_backend.rs::gzip_and_zstd_batches_cross_backends_both_ways", "src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("linger_ms", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("produce_timeout", &["tests/connector_sink.rs::produce_timeout_and_flush_timeout_bound_their_waits_and_name_themselves"]),
+        ("flush_timeout", &["tests/connector_sink.rs::produce_timeout_and_flush_timeout_bound_their_waits_and_name_themselves"]),
+        ("fixed_partition", &["tests/connector_sink.rs::message_sink_keeps_keys_and_headers_at_the_fixed_partition"]),
+        ("primary_key", &["tests/connector_sink.rs::upsert_tombstones_delete_keys_on_a_compacted_topic"]),
+        ("transactional_id", &["tests/connector_2pc.rs::a_committed_checkpoint_is_visible_and_an_aborted_one_never_is"]),
+        ("transaction_timeout_ms", &["tests/connector_2pc.rs::an_expired_prepared_transaction_is_an_unresolved_orphan"]),
+        ("commit_group", &["tests/connector_2pc.rs::a_commit_group_member_does_not_commit_a_checkpoint_another_member_aborted"]),
+        ("replay_suppression", &["tests/connector_2pc.rs::receipts_confirm_commits_and_arm_replay_suppression"]),
+        ("receipt_dir", &["tests/connector_2pc.rs::a_committed_checkpoint_is_visible_and_an_aborted_one_never_is"]),
+        ("receipts_in_memory", &["src/connector/registry.rs::a_2pc_sink_needs_a_place_for_receipts_or_an_explicit_opt_in"]),
+        ("format", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source", "tests/connector_registry.rs::json_schema_round_trips_and_interoperates_both_ways_with_an_independent_peer"]),
+        ("schema_registry_url", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source"]),
+        ("schema_registry_subject", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
+        ("schema_registry_auto_register", &["tests/connector_registry.rs::a_sink_without_auto_register_needs_the_subject_and_options_are_checked"]),
+        ("schema_registry_value_schema", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source"]),
+        ("schema_registry_basic_auth_user_info", &["tests/connector_registry.rs::registry_failures_take_the_decode_error_path_and_a_warm_cache_outlives_an_outage"]),
+        ("schema_registry_bearer_auth_token", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs", "tests/connector_registry.rs::registry_failures_take_the_decode_error_path_and_a_warm_cache_outlives_an_outage"]),
+        ("schema_registry_ssl_ca_location", &["tests/connector_registry.rs::tls_to_the_registry_with_a_private_ca"]),
+        ("schema_registry_timeout_ms", &["tests/connector_registry.rs::registry_failures_take_the_decode_error_path_and_a_warm_cache_outlives_an_outage"]),
+    ];
+    let mut accepted = std::collections::BTreeSet::new();
+    for kind in ALL.into_iter().chain([FactoryKind::TwoPhaseCommitSink]) {
+        accepted.extend(kind.options());
+    }
+    let shown: std::collections::BTreeSet<&str> = SHOWN.iter().map(|(o, _)| *o).collect();
+    let missing: Vec<_> = accepted.difference(&shown).collect();
+    assert!(
+        missing.is_empty(),
+        "options accepted with no test showing their effect: {missing:?}"
+    );
+    let stale: Vec<_> = shown.difference(&accepted).collect();
+    assert!(stale.is_empty(), "entries for options no factory accepts: {stale:?}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (option, tests) in SHOWN {
+        assert!(!tests.is_empty(), "{option}");
+        for t in *tests {
+            let (file, name) = t.split_once("::").unwrap();
+            let text = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(
+                text.contains(&format!("fn {name}(")),
+                "{option}: {file} has no test {name}"
+            );
+        }
+    }
 }

@@ -383,3 +383,71 @@ async fn a_delivery_the_broker_refuses_fails_the_barrier() {
     sink.on_barrier(2).await.unwrap();
     sink.close().await.unwrap();
 }
+
+/// `produce_timeout` bounds handing a record to the producer (here: the
+/// topic does not exist and `kafka.allow.auto.create.topics=false`, so
+/// its metadata never comes), `flush_timeout` bounds a barrier's wait for
+/// acknowledgements (here: a proxy holds every Produce answer 5 s). Each
+/// failure names
+/// its option. On the rdkafka backend a record is queued at once, so the
+/// first case fails at the flush instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_timeout_and_flush_timeout_bound_their_waits_and_name_themselves() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let missing = common::unique_topic("conn-sink-missing");
+    let options = parse_sink(
+        FactoryKind::MessageSink,
+        &params(
+            &brokers,
+            &missing,
+            &[
+                ("produce_timeout", "700ms"),
+                ("flush_timeout", "700ms"),
+                ("kafka.allow.auto.create.topics", "false"),
+            ],
+        ),
+    )
+    .unwrap();
+    let mut sink = selected::kafka_sink(options).unwrap();
+    sink.open().await.unwrap();
+    let sent = sink.on_data(vec![KafkaMessage::new(&b"x"[..])]).await;
+    let e = match sent {
+        Err(e) => e,
+        Ok(()) => sink.on_barrier(1).await.unwrap_err(),
+    };
+    let want = if common::connector::on_rdkafka() {
+        "flush_timeout"
+    } else {
+        "produce_timeout"
+    };
+    assert!(e.to_string().contains(want), "{e}");
+    let _ = sink.close().await;
+
+    let topic = common::unique_topic("conn-sink-held");
+    common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
+    // Every Produce answer held 5 s by a proxy in front of the broker.
+    let proxy = common::proxy::Proxy::start(
+        brokers.split(',').next().unwrap().to_owned(),
+        common::proxy::ProxyOptions {
+            hold_produce_responses: Duration::from_secs(5),
+            ..Default::default()
+        },
+    )
+    .await;
+    let options = parse_sink(
+        FactoryKind::MessageSink,
+        &params(
+            &proxy.addr.to_string(),
+            &topic,
+            &[("flush_timeout", "700ms"), ("linger_ms", "0")],
+        ),
+    )
+    .unwrap();
+    let mut sink = selected::kafka_sink(options).unwrap();
+    sink.open().await.unwrap();
+    sink.on_data(vec![KafkaMessage::new(&b"y"[..])]).await.unwrap();
+    let e = sink.on_barrier(1).await.unwrap_err();
+    assert!(e.to_string().contains("flush_timeout"), "{e}");
+    let _ = sink.close().await;
+}

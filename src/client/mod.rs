@@ -16,6 +16,7 @@
 //! - [`group`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
 //! - [`txn`]: the transactional producer (KIP-98, KIP-890 aware).
 //! - [`txn_admin`]: DescribeTransactions and ListTransactions (KIP-664).
+//! - [`properties`]: librdkafka's and Java's property names → these configurations.
 //! - [`resolver`]: in-doubt resolution of an orphaned transaction from a [`ResumeHandle`].
 
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub mod group;
 pub(crate) mod metrics;
 pub mod partitioner;
 pub mod producer;
+pub mod properties;
 pub mod resolver;
 pub mod sasl;
 mod sender;
@@ -47,6 +49,7 @@ pub use connection::BrokerConnection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, IsolationLevel, LogTruncation, Offset};
 pub use group::{CommittedOffset, GroupOffsets};
 pub use producer::{Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerRecord};
+pub use properties::ClientProperties;
 pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
 pub use tls::{TlsConfig, TlsConnector};
 pub use txn::{TransactionVersion, TransactionalProducer, TxnConfig};

@@ -122,6 +122,10 @@ pub enum ConnectorError {
     /// the restart is held (nothing was fenced); retry later.
     #[error("restore of checkpoint {checkpoint} held: {detail}")]
     RestoreHeld { checkpoint: u64, detail: String },
+    /// `on_commit(n)` of a transactional sink whose commit group had
+    /// aborted checkpoint `n`: the sink aborted its transaction instead.
+    #[error("checkpoint {checkpoint} not committed: commit group {group:?} aborted it (epoch {epoch})")]
+    GroupAborted { group: String, checkpoint: u64, epoch: u64 },
     /// A SQL statement the table front cannot use.
     #[error("SQL: {message}")]
     Sql { message: String },

@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod backend;
 pub mod checkpoint;
+pub mod commit_group;
 mod error;
 pub mod format;
 #[cfg(any(fuzzing, test))]

@@ -318,6 +318,10 @@ pub struct SourceOptions {
     pub backend: Backend,
     /// `kafka.<property>` settings for librdkafka verbatim (rdkafka backend only).
     pub rdkafka_properties: Passthrough,
+    /// `kafka.<property>` settings outside the connector's own mapping that
+    /// the client's table applies (native backend): `connections.max.idle.ms`,
+    /// `max.in.flight.requests.per.connection`, `debug`, ….
+    pub native_properties: Vec<(&'static str, String)>,
 }
 
 impl SourceOptions {
@@ -345,6 +349,7 @@ impl SourceOptions {
             committed_lookup_attempts: 3,
             backend: Backend::Native,
             rdkafka_properties: Passthrough::default(),
+            native_properties: Vec::new(),
         }
     }
 
@@ -357,7 +362,13 @@ impl SourceOptions {
     /// protocol log, `metric_prefix` names its series.
     pub fn client_config(&self) -> Result<ClientConfig> {
         let mut c = client_config(&self.brokers, &self.client_id, &self.security, &self.client)?;
-        c.debug = self.enable_debug;
+        apply_native(
+            &self.native_properties,
+            &mut c,
+            &mut Default::default(),
+            &mut Default::default(),
+        );
+        c.debug |= self.enable_debug;
         if let Some(p) = &self.metric_prefix {
             c.metric_prefix = p.clone();
         }
@@ -407,6 +418,12 @@ impl SourceOptions {
         if let Some(v) = &t.client_rack {
             c.client_rack = Some(v.clone());
         }
+        apply_native(
+            &self.native_properties,
+            &mut Default::default(),
+            &mut c,
+            &mut Default::default(),
+        );
         c.auto_offset_reset = None;
         c
     }
@@ -438,6 +455,10 @@ pub struct SinkOptions {
     pub backend: Backend,
     /// `kafka.<property>` settings for librdkafka verbatim (rdkafka backend only).
     pub rdkafka_properties: Passthrough,
+    /// `kafka.<property>` settings outside the connector's own mapping that
+    /// the client's table applies (native backend): `connections.max.idle.ms`,
+    /// `max.in.flight.requests.per.connection`, `debug`, ….
+    pub native_properties: Vec<(&'static str, String)>,
 }
 
 impl SinkOptions {
@@ -461,11 +482,18 @@ impl SinkOptions {
             producer: ProducerTuning::default(),
             backend: Backend::Native,
             rdkafka_properties: Passthrough::default(),
+            native_properties: Vec::new(),
         }
     }
 
     pub fn client_config(&self) -> Result<ClientConfig> {
         let mut c = client_config(&self.brokers, &self.client_id, &self.security, &self.client)?;
+        apply_native(
+            &self.native_properties,
+            &mut c,
+            &mut Default::default(),
+            &mut Default::default(),
+        );
         if let Some(p) = &self.metric_prefix {
             c.metric_prefix = p.clone();
         }
@@ -504,6 +532,19 @@ impl SinkOptions {
         }
         if let Some(v) = t.delivery_timeout {
             c.delivery_timeout = v;
+        }
+        apply_native(
+            &self.native_properties,
+            &mut Default::default(),
+            &mut Default::default(),
+            &mut c,
+        );
+        if c.idempotent && c.max_in_flight > 5 {
+            return Err(ConnectorError::ConflictingOptions {
+                message: "kafka.max.in.flight.requests.per.connection above 5 needs kafka.enable.idempotence=false \
+                          (the broker deduplicates an idempotent producer's last 5 batches)"
+                    .into(),
+            });
         }
         Ok(c)
     }
@@ -667,6 +708,113 @@ fn refused_on_rdkafka(property: &str) -> Option<String> {
     }
 }
 
+/// A `kafka.<property>` the connector's own mapping does not name, by the
+/// client's table of every librdkafka property
+/// ([`crate::client::properties::treatment`]):
+/// - unknown: refused with the closest known name (both backends);
+/// - refused (security, group semantics, C callbacks): refused, with why;
+/// - fixed: accepted at the native behaviour's value only;
+/// - on `rdkafka`: otherwise passed to librdkafka verbatim (after the
+///   refusals of [`refused_on_rdkafka`]);
+/// - on `native`: ignored ones warned about (one line naming the property),
+///   unsupported ones refused, applied ones kept in
+///   [`Inputs::native`] and applied onto the client configurations.
+fn table_property(kind: FactoryKind, inputs: &mut Inputs, key: &str, property: &str, value: &str) -> Result<()> {
+    use crate::client::properties::{self as table, Role, Treatment};
+    let refuse = |reason: String| ConnectorError::UnsupportedProperty {
+        property: key.to_owned(),
+        reason,
+    };
+    let Some(treatment) = table::treatment(property) else {
+        return Err(refuse(match table::closest_name(property) {
+            Some(s) => format!("not a librdkafka property; did you mean \"kafka.{s}\"?"),
+            None => "not a librdkafka property (nor a Java client one the native client reads)".into(),
+        }));
+    };
+    match treatment {
+        Treatment::Refused(why) => return Err(refuse(why.into())),
+        Treatment::Fixed { value: fixed, reason } => {
+            if !value.trim().eq_ignore_ascii_case(fixed) {
+                return Err(ConnectorError::invalid(key, value, format!("{fixed} ({reason})")));
+            }
+            // The same value on librdkafka, where it is not (always) the default.
+            if inputs.backend == Backend::Rdkafka && refused_on_rdkafka(property).is_none() {
+                inputs.verbatim.insert(property.to_owned(), value.to_owned());
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    let librdkafka_name = table::is_librdkafka_property(property);
+    let role = table::role(property).unwrap_or(Role::Any);
+    let wrong = match role {
+        Role::Consumer if !kind.is_source() => Some("a consumer property, and this is a sink"),
+        Role::Producer if kind.is_source() => Some("a producer property, and this is a source"),
+        _ => None,
+    };
+    if inputs.backend == Backend::Rdkafka {
+        if let Some(reason) = refused_on_rdkafka(property) {
+            return Err(refuse(reason));
+        }
+        if let Some(why) = wrong {
+            return Err(refuse(why.into()));
+        }
+        if !librdkafka_name {
+            return Err(refuse(
+                "a Java client name librdkafka does not have; it applies with backend = native (on rdkafka use \
+                 librdkafka's name)"
+                    .into(),
+            ));
+        }
+        inputs.verbatim.insert(property.to_owned(), value.to_owned());
+        return Ok(());
+    }
+    if let Some(why) = wrong {
+        return Err(refuse(why.into()));
+    }
+    match treatment {
+        Treatment::Unsupported(why) => Err(refuse(format!("not supported by the native client: {why}"))),
+        Treatment::Ignored(_) => {
+            table::warn_ignored(property);
+            Ok(())
+        }
+        Treatment::Applied(setting) => {
+            if matches!(setting, crate::client::properties::Setting::TransactionMaxBlock) {
+                return Err(refuse(
+                    "the transactional sink bounds its coordinator retries by transaction_timeout_ms".into(),
+                ));
+            }
+            let name = table::known_names().find(|n| *n == property).unwrap_or("property");
+            // Validated now (a bad value fails the build, naming it).
+            let (mut c, mut con, mut pro) = Default::default();
+            crate::client::properties::apply_setting(name, value, &mut c, &mut con, &mut pro)
+                .map_err(|e| ConnectorError::invalid(key, value, e.to_string()))?;
+            if setting == crate::client::properties::Setting::Retries {
+                table::warn_ignored(property);
+                return Ok(());
+            }
+            inputs.native.push((name, value.to_owned()));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Applies the table-mapped `kafka.<property>` settings (validated at
+/// parse) onto the configurations.
+fn apply_native(
+    native: &[(&'static str, String)],
+    client: &mut ClientConfig,
+    consumer: &mut ConsumerConfig,
+    producer: &mut ProducerConfig,
+) {
+    for (name, value) in native {
+        if let Err(e) = crate::client::properties::apply_setting(name, value, client, consumer, producer) {
+            tracing::error!(property = name, error = %e, "a validated property failed to apply");
+        }
+    }
+}
+
 /// The options as given, keyed by canonical name, with the key the user
 /// wrote (for errors).
 #[derive(Default)]
@@ -676,6 +824,8 @@ struct Inputs {
     backend: Backend,
     /// Unmapped `kafka.<property>` settings kept for librdkafka (rdkafka backend).
     verbatim: BTreeMap<String, String>,
+    /// `kafka.<property>` settings the client's table maps (native backend).
+    native: Vec<(&'static str, String)>,
 }
 
 impl Inputs {
@@ -739,21 +889,7 @@ fn collect(kind: FactoryKind, params: &BTreeMap<String, String>) -> Result<(Inpu
                     }
                     inputs.set(canonical, value, key)?;
                 }
-                None if inputs.backend == Backend::Rdkafka => {
-                    if let Some(reason) = refused_on_rdkafka(property) {
-                        return Err(ConnectorError::UnsupportedProperty {
-                            property: key.clone(),
-                            reason,
-                        });
-                    }
-                    inputs.verbatim.insert(property.to_owned(), value.clone());
-                }
-                None => {
-                    return Err(ConnectorError::UnsupportedProperty {
-                        property: key.clone(),
-                        reason: unsupported_reason(property),
-                    })
-                }
+                None => table_property(kind, &mut inputs, key, property, value)?,
             }
             continue;
         }
@@ -1065,6 +1201,7 @@ pub fn parse_source(
     o.client = client_tuning(&inputs)?;
     o.security = security.resolve()?;
     o.rdkafka_properties = verbatim_checked(&inputs, &o.security)?;
+    o.native_properties = inputs.native.clone();
     o.backend = inputs.backend;
     if let (true, Backend::Rdkafka, Some((v, k))) = (o.enable_debug, o.backend, inputs.get("enable_debug")) {
         return Err(ConnectorError::invalid(
@@ -1149,6 +1286,7 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
     };
     o.client = client_tuning(inputs)?;
     o.security = security.resolve()?;
+    o.native_properties = inputs.native.clone();
     o.producer_config()?;
     o.rdkafka_properties = verbatim_checked(inputs, &o.security)?;
     o.backend = inputs.backend;
@@ -1509,6 +1647,39 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("kafka_2pc_sink_string"), "{e}");
+    }
+
+    #[test]
+    fn sink_options_reach_the_producer_and_registry_configs() {
+        let o = parse_sink(
+            FactoryKind::TextSink,
+            &p(&[
+                ("brokers", "h:1"),
+                ("topic", "t"),
+                ("acks", "1"),
+                ("linger_ms", "42"),
+                ("compression", "zstd"),
+                ("format", "avro"),
+                ("schema_registry_url", "http://127.0.0.1:1"),
+                ("schema_registry_subject", "custom-subject"),
+                ("schema_registry_bearer_auth_token", "tok-canary"),
+            ]),
+        )
+        .unwrap();
+        let pc = o.producer_config().unwrap();
+        assert_eq!(
+            (pc.acks, pc.linger, pc.compression),
+            (Acks::Leader, Duration::from_millis(42), Compression::Zstd)
+        );
+        assert!(!pc.idempotent, "acks=1 turns idempotence off");
+        let f = o.value_format.as_ref().unwrap();
+        assert_eq!(f.subject_for("t"), "custom-subject");
+        assert!(
+            matches!(f.registry.auth, crate::schema_registry::RegistryAuth::Bearer { .. }),
+            "{:?}",
+            f.registry.auth
+        );
+        assert!(!format!("{o:?}").contains("tok-canary"));
     }
 
     #[test]

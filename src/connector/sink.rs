@@ -197,7 +197,11 @@ impl<B: ProducerBackend> KafkaSink<B> {
         }
         let timeout = self.options.flush_timeout;
         // A producer that could not flush will not acknowledge soon either.
-        self.backend.flush(timeout).await?;
+        // Its timeout names the option that bounds it.
+        self.backend
+            .flush(timeout)
+            .await
+            .map_err(|e| timeout_named(e, "flush_timeout"))?;
         let watchers = std::mem::take(&mut self.watchers);
         let wait = async {
             for w in watchers {
@@ -370,5 +374,25 @@ impl<B: ProducerBackend> Sink for TextKafkaSink<B> {
 
     fn close(&mut self) -> BoxFuture<'_, Result<()>> {
         self.inner.close()
+    }
+}
+
+/// A client timeout, with the option that set its bound named.
+pub(crate) fn timeout_named(e: ConnectorError, option: &str) -> ConnectorError {
+    match e {
+        ConnectorError::Client(crate::error::Error::Timeout { operation, timeout }) => {
+            ConnectorError::Client(crate::error::Error::Timeout {
+                operation: format!("{operation} ({option})"),
+                timeout,
+            })
+        }
+        // librdkafka's "Local: Timed out" (the rdkafka backend).
+        ConnectorError::Rdkafka { operation, message } if message.to_ascii_lowercase().contains("timed out") => {
+            ConnectorError::Rdkafka {
+                operation: format!("{operation} ({option})"),
+                message,
+            }
+        }
+        other => other,
     }
 }

@@ -325,6 +325,11 @@ pub struct TwoPhaseCommitStats {
     pub markers_consumed: u64,
     /// Of those, commits that had landed (now receipted).
     pub markers_found_committed: u64,
+    /// `commit_group`: the group's epoch as this sink last saw it (at
+    /// `open`, at an abort, at a refused commit); `None` without a group.
+    pub commit_group_epoch: Option<u64>,
+    /// Commits refused because the commit group had aborted the checkpoint.
+    pub commits_refused_by_group: u64,
 }
 
 /// Receipts and markers for one subtask, under `receipt_dir` (or in memory).
@@ -694,6 +699,8 @@ pub struct TwoPhaseCommitSink<B: TransactionalProducerBackend = NativeTransactio
     /// `delivered` (records in committed transactions) and
     /// `delivery_errors` (failed commits) as series (`crate::metrics`).
     series: crate::metrics::ConnectorSeries,
+    /// `commit_group`: the group whose aborts this sink shares.
+    group: Option<super::commit_group::CommitGroup>,
 }
 
 impl<B: TransactionalProducerBackend> fmt::Debug for TwoPhaseCommitSink<B> {
@@ -731,8 +738,13 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             &options.sink.topic,
             options.subtask_index,
         );
+        let group = options
+            .commit_group
+            .as_deref()
+            .map(super::commit_group::CommitGroup::named);
         TwoPhaseCommitSink {
             series,
+            group,
             options,
             transactional_id,
             backend: Some(backend),
@@ -864,8 +876,11 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             .init_transactions(&id, timeout)
             .await?;
         tracing::info!(transactional_id = %id, handle = %handle, "two-phase-commit sink open");
-        if let Some(group) = &self.options.commit_group {
-            tracing::debug!(transactional_id = %id, commit_group = %group, "commit group declared (membership only)");
+        if let Some(group) = &self.group {
+            let epoch = group.join(&id);
+            self.stats.commit_group_epoch = Some(epoch);
+            tracing::info!(transactional_id = %id, commit_group = %group.name(), epoch,
+                "joined the commit group: an abort issued to any member aborts that checkpoint for every member");
         }
         self.restored.clear();
         self.opened = true;
@@ -1148,7 +1163,10 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             return Ok(());
         }
         let timeout = self.options.sink.flush_timeout;
-        self.backend()?.flush(timeout).await?;
+        self.backend()?
+            .flush(timeout)
+            .await
+            .map_err(|e| super::sink::timeout_named(e, "flush_timeout"))?;
         let pending = std::mem::take(&mut self.pending);
         let topic = self.options.sink.topic.clone();
         let wait = async {
@@ -1177,7 +1195,28 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     }
 
     /// Seals the interval for `checkpoint`; returns the rows to stage.
+    /// Seals the interval for `checkpoint` (pre-commit). A failure is an
+    /// abort of `checkpoint` for the sink's commit group.
     pub async fn barrier(&mut self, checkpoint: u64) -> Result<Vec<StateRow>> {
+        let sealed = self.seal(checkpoint).await;
+        if sealed.is_err() {
+            self.group_abort(checkpoint);
+        }
+        sealed
+    }
+
+    /// Records an abort of `checkpoint` in the commit group (the epoch
+    /// advances the first time a checkpoint is aborted).
+    fn group_abort(&mut self, checkpoint: u64) {
+        if let Some(group) = &self.group {
+            let epoch = group.record_abort(checkpoint);
+            self.stats.commit_group_epoch = Some(epoch);
+            tracing::info!(transactional_id = %self.transactional_id, commit_group = %group.name(), checkpoint,
+                epoch, "abort issued: the commit group will not commit this checkpoint");
+        }
+    }
+
+    async fn seal(&mut self, checkpoint: u64) -> Result<Vec<StateRow>> {
         self.backend()?;
         if let Some(last) = self.queued.back().map(|s| s.checkpoint).or(self.prepared_checkpoint()) {
             if checkpoint <= last {
@@ -1263,6 +1302,23 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         if self.prepared.as_ref().is_none_or(|p| p.checkpoint > checkpoint) {
             return Ok(());
         }
+        // A checkpoint the commit group aborted is aborted here too.
+        if let Some(group) = &self.group {
+            let covered = self.prepared.as_ref().map_or(checkpoint, |p| p.checkpoint);
+            if let Some(epoch) = group.aborted(checkpoint).or(group.aborted(covered)) {
+                let name = group.name().to_owned();
+                self.stats.commit_group_epoch = Some(group.epoch());
+                self.stats.commits_refused_by_group += 1;
+                tracing::warn!(transactional_id = %self.transactional_id, commit_group = %name, checkpoint, epoch,
+                    "commit refused: the commit group aborted this checkpoint; aborting it here too");
+                self.abort(checkpoint).await?;
+                return Err(ConnectorError::GroupAborted {
+                    group: name,
+                    checkpoint,
+                    epoch,
+                });
+            }
+        }
         let p = self.prepared.take().expect("checked above");
         self.commit_prepared(p).await?;
         self.advance(Some(checkpoint)).await
@@ -1336,6 +1392,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     /// segments at or below it: the restore replays them).
     pub async fn abort(&mut self, checkpoint: u64) -> Result<()> {
         self.backend()?;
+        self.group_abort(checkpoint);
         if self.prepared.as_ref().is_none_or(|p| p.checkpoint > checkpoint) {
             return Ok(());
         }
@@ -1372,6 +1429,9 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             return Ok(());
         }
         self.opened = false;
+        if let Some(group) = &self.group {
+            group.leave(&self.transactional_id);
+        }
         let timeout = self.timeout();
         if let Some(p) = self.prepared.take() {
             tracing::info!(transactional_id = %self.transactional_id, checkpoint = p.checkpoint,
