@@ -88,6 +88,17 @@ pub enum ConnectorError {
         format: &'static str,
         reason: String,
     },
+    /// A SQL source table's record that does not fit the table's row (the
+    /// JSON row bridge; `decode_error = fail`): the column (empty for the
+    /// record as a whole: not JSON, not an object) and why.
+    #[error("the value at {topic}[{partition}] offset {offset} does not fit the table's row: {}{reason}", column_prefix(.column))]
+    RowDecode {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        column: String,
+        reason: String,
+    },
     /// The Schema Registry failed (a sink resolving its schema at open).
     #[error(transparent)]
     SchemaRegistry(#[from] crate::schema_registry::RegistryError),
@@ -146,6 +157,14 @@ pub enum ConnectorError {
     /// The native client failed.
     #[error(transparent)]
     Client(#[from] crate::error::Error),
+}
+
+fn column_prefix(column: &str) -> String {
+    if column.is_empty() {
+        String::new()
+    } else {
+        format!("column {column}: ")
+    }
 }
 
 fn suggestion_suffix<S: fmt::Debug>(s: &Option<S>) -> String {

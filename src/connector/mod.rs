@@ -6,7 +6,8 @@
 //!
 //! - factories looked up by name: [`registry`] (`install`, `BuildContext`);
 //! - string options (a table's `WITH` clause): [`options`] and [`security`];
-//!   the SQL front that produces them: [`sql`];
+//!   the SQL front that produces them: [`sql`], with the JSON row bridge
+//!   ([`json_row`], [`columnar`]) and the SQL source table ([`table_source`]);
 //! - batches produced and consumed: [`source`] ([`KafkaSource`]), [`sink`]
 //!   ([`KafkaSink`]), [`upsert`] ([`UpsertSink`]), [`twopc`]
 //!   ([`TwoPhaseCommitSink`], exactly once), over the record shapes in
@@ -41,11 +42,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod backend;
 pub mod checkpoint;
+pub mod columnar;
 pub mod commit_group;
 mod error;
 pub mod format;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
+pub mod json_row;
 pub mod options;
 #[cfg(feature = "rdkafka")]
 pub mod rdkafka;
@@ -57,6 +60,7 @@ pub mod sink;
 pub mod source;
 pub mod sql;
 pub mod suppression;
+pub mod table_source;
 pub mod twopc;
 pub mod upsert;
 

@@ -569,6 +569,15 @@ impl<B: ConsumerBackend> Source for KafkaSource<B> {
     }
 }
 
+/// One batch of the string channel, with each record's position when asked
+/// for (`partitions[i]`, `offsets[i]` belong to `texts[i]`).
+#[derive(Debug, Default)]
+pub(crate) struct LocatedTexts {
+    pub texts: Vec<Text>,
+    pub partitions: Vec<i32>,
+    pub offsets: Vec<i64>,
+}
+
 /// The string channel over [`KafkaSource`]: payloads as [`Text`]. The
 /// checkpoint hooks are the inner source's, so the string and SQL paths
 /// keep replay. A null value (no text to carry) is skipped and counted.
@@ -629,19 +638,40 @@ impl<B: ConsumerBackend> TextKafkaSource<B> {
     /// held in `self` while its schemas are fetched, and decoded and emitted
     /// with no await in between.
     async fn produce_text(&mut self, emitter: &mut dyn Emitter<Text>) -> Result<usize> {
+        let Some(located) = self.next_texts(false).await? else {
+            return Ok(0);
+        };
+        let n = located.texts.len();
+        if n > 0 {
+            emitter.emit(located.texts);
+        }
+        Ok(n)
+    }
+
+    /// The next batch as text, each record's partition and offset alongside
+    /// when `positions` (the SQL source's `decode_error` names them);
+    /// `None` when no batch came. Undecodable records took the
+    /// `decode_error` path. Cancel safe, as `produce`: the texts are
+    /// returned with no await after the inner source's positions moved, so
+    /// the caller must use them before its next await.
+    pub(crate) async fn next_texts(&mut self, positions: bool) -> Result<Option<LocatedTexts>> {
         if self.held.is_none() {
             let mut got: Vec<Batch<KafkaMessage>> = Vec::with_capacity(1);
             self.inner.produce_batch(&mut got).await?;
-            let Some(batch) = got.pop() else { return Ok(0) };
+            let Some(batch) = got.pop() else { return Ok(None) };
             self.held = Some(batch);
         }
         if let (Some(decoder), Some(batch)) = (self.decoder.as_mut(), self.held.as_ref()) {
             decoder.prepare(batch.iter().filter_map(|m| m.payload.as_deref())).await;
         }
-        let Some(batch) = self.held.take() else { return Ok(0) };
-        let mut out = Vec::with_capacity(batch.len());
+        let Some(batch) = self.held.take() else { return Ok(None) };
+        let capacity = if positions { batch.len() } else { 0 };
+        let mut out = LocatedTexts {
+            texts: Vec::with_capacity(batch.len()),
+            partitions: Vec::with_capacity(capacity),
+            offsets: Vec::with_capacity(capacity),
+        };
         let mut nulls = 0u64;
-        let mut skipped = 0u64;
         for m in batch {
             let Some(payload) = m.payload else {
                 nulls += 1;
@@ -666,32 +696,46 @@ impl<B: ConsumerBackend> TextKafkaSource<B> {
                     }),
             };
             match decoded {
-                Ok(text) => out.push(text),
-                Err(e) if self.inner.options.decode_error == DecodeErrorPolicy::Skip => {
-                    skipped += 1;
-                    tracing::warn!(
-                        topic = %self.inner.options.topic,
-                        partition = m.partition,
-                        offset = m.offset,
-                        error = %e,
-                        "decode_error = skip: skipped a record"
-                    );
+                Ok(text) => {
+                    out.texts.push(text);
+                    if positions {
+                        out.partitions.push(m.partition);
+                        out.offsets.push(m.offset);
+                    }
                 }
-                Err(e) => return Err(e),
+                Err(e) => self.decode_failed(e)?,
             }
         }
-        let counters = &self.inner.counters;
         if nulls > 0 {
-            counters.null_payloads_skipped.fetch_add(nulls, Ordering::Relaxed);
+            self.inner
+                .counters
+                .null_payloads_skipped
+                .fetch_add(nulls, Ordering::Relaxed);
         }
-        if skipped > 0 {
-            counters.decode_errors_skipped.fetch_add(skipped, Ordering::Relaxed);
+        Ok(Some(out))
+    }
+
+    /// The `decode_error` policy on one record's error: `fail` returns it,
+    /// `skip` logs it at warn level, counts it and returns `Ok`.
+    pub(crate) fn decode_failed(&self, e: ConnectorError) -> Result<()> {
+        if self.inner.options.decode_error != DecodeErrorPolicy::Skip {
+            return Err(e);
         }
-        let n = out.len();
-        if n > 0 {
-            emitter.emit(out);
-        }
-        Ok(n)
+        tracing::warn!(
+            topic = %self.inner.options.topic,
+            error = %e,
+            "decode_error = skip: skipped a record"
+        );
+        self.inner
+            .counters
+            .decode_errors_skipped
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The topic read.
+    pub fn topic(&self) -> &str {
+        &self.inner.options.topic
     }
 
     /// The inner source's rows, moved back to the first held record of a

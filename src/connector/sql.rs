@@ -18,55 +18,149 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Number, Value};
-use sqlparser::ast::{CreateTableOptions, Expr, ObjectName, ObjectNamePart, SqlOption, Statement, UnaryOperator};
+use sqlparser::ast::{
+    ArrayElemTypeDef, CreateTableOptions, DataType, Expr, ObjectName, ObjectNamePart, SqlOption, Statement,
+    UnaryOperator,
+};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, Tokenizer};
 
 use super::error::{ConnectorError, Result};
-use super::record::Text;
+pub use super::json_row::{
+    decode_row, json_to_row, row_to_json, row_to_json_value, Column, Row, RowError, SqlType, SqlValue,
+    MAX_DECIMAL_PRECISION,
+};
 use super::registry::{BuildContext, Operator, Registry};
-use super::upsert::{RowKind, ROW_KIND_FIELD};
+use super::selected::SelectedConsumer;
+use super::source::TextKafkaSource;
+use super::table_source::TableSource;
+use super::upsert::ROW_KIND_FIELD;
 
-/// A column type the JSON row bridge maps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SqlType {
-    /// BIGINT, INT, INTEGER, SMALLINT, TINYINT: a JSON integer.
-    Integer,
-    /// DOUBLE, FLOAT, REAL: a JSON number.
-    Double,
-    /// BOOLEAN: a JSON boolean.
-    Boolean,
-    /// STRING, VARCHAR, TEXT, CHAR: a JSON string.
-    String,
-}
+const MAPPED_TYPES: &str = "BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT, REAL, BOOLEAN, STRING, VARCHAR, TEXT, \
+                            DECIMAL(p, s), TIMESTAMP [WITH | WITHOUT TIME ZONE], TIMESTAMPTZ, TIMESTAMP_LTZ, DATE, \
+                            TIME, BYTES, VARBINARY, BINARY, BYTEA, ARRAY<T>, T ARRAY, T[], ROW(name T, ...), \
+                            STRUCT<name T, ...>";
 
-impl SqlType {
-    fn from_sql(column: &str, data_type: &str) -> Result<SqlType> {
-        let upper = data_type.to_ascii_uppercase();
-        let base = upper.split(['(', ' ']).next().unwrap_or("");
-        Ok(match base {
-            "BIGINT" | "INT" | "INTEGER" | "SMALLINT" | "TINYINT" | "INT64" | "INT32" => SqlType::Integer,
-            "DOUBLE" | "FLOAT" | "REAL" | "FLOAT64" => SqlType::Double,
-            "BOOLEAN" | "BOOL" => SqlType::Boolean,
-            "STRING" | "VARCHAR" | "TEXT" | "CHAR" | "CHARACTER" => SqlType::String,
-            _ => {
-                return Err(ConnectorError::Sql {
-                    message: format!(
-                        "column {column:?} has type {data_type}, which the JSON row bridge does not map (BIGINT, \
-                         INT, SMALLINT, TINYINT, DOUBLE, FLOAT, REAL, BOOLEAN, STRING, VARCHAR, TEXT)"
-                    ),
-                })
+/// The column type of `data_type`; `path` names the column for errors.
+fn sql_type(path: &str, data_type: &DataType) -> Result<SqlType> {
+    let unmapped = |why: &str| {
+        sql_error(format!(
+            "column {path} has type {data_type}, which the JSON row bridge does not map{why} (it maps {MAPPED_TYPES})"
+        ))
+    };
+    match data_type {
+        DataType::Array(def) => {
+            let element = match def {
+                ArrayElemTypeDef::AngleBracket(t)
+                | ArrayElemTypeDef::SquareBracket(t, _)
+                | ArrayElemTypeDef::Parenthesis(t)
+                | ArrayElemTypeDef::ParenthesisNotNull(t)
+                | ArrayElemTypeDef::Qualified(t, _) => t,
+                ArrayElemTypeDef::None => return Err(unmapped(": an ARRAY needs its element type")),
+            };
+            Ok(SqlType::Array(Box::new(sql_type(&format!("{path}[]"), element)?)))
+        }
+        DataType::Struct(fields, _) => {
+            let mut out: Vec<Column> = Vec::with_capacity(fields.len());
+            for f in fields {
+                let Some(name) = &f.field_name else {
+                    return Err(unmapped(": every ROW field needs a name"));
+                };
+                let name = name.value.clone();
+                if out.iter().any(|c| c.name == name) {
+                    return Err(sql_error(format!(
+                        "column {path}: ROW field {name:?} is declared twice"
+                    )));
+                }
+                out.push(Column {
+                    data_type: sql_type(&format!("{path}.{name:?}"), &f.field_type)?,
+                    name,
+                });
             }
-        })
+            Ok(SqlType::Row(out))
+        }
+        _ => {
+            let text = data_type.to_string().to_ascii_uppercase();
+            let base = text.split(['(', ' ']).next().unwrap_or("");
+            let args: Vec<&str> = match (text.find('('), text.find(')')) {
+                (Some(a), Some(b)) if a < b => text[a + 1..b].split(',').map(str::trim).collect(),
+                _ => Vec::new(),
+            };
+            Ok(match base {
+                "BIGINT" | "INT" | "INTEGER" | "SMALLINT" | "TINYINT" | "INT64" | "INT32" => SqlType::Integer,
+                "DOUBLE" | "FLOAT64" => SqlType::Double,
+                "FLOAT" | "REAL" | "FLOAT32" => SqlType::Float,
+                "BOOLEAN" | "BOOL" => SqlType::Boolean,
+                "STRING" | "VARCHAR" | "TEXT" | "CHAR" | "CHARACTER" => SqlType::String,
+                "DECIMAL" | "NUMERIC" | "DEC" => {
+                    let number = |s: &str| s.parse::<u8>().ok();
+                    let (precision, scale) = match args.as_slice() {
+                        [] => (10, 0),
+                        [p] => (number(p).ok_or_else(|| unmapped(": bad precision"))?, 0),
+                        [p, s] => (
+                            number(p).ok_or_else(|| unmapped(": bad precision"))?,
+                            number(s).ok_or_else(|| unmapped(": bad scale"))?,
+                        ),
+                        _ => return Err(unmapped(": DECIMAL takes (precision[, scale])")),
+                    };
+                    if precision == 0 || precision > MAX_DECIMAL_PRECISION || scale > precision {
+                        return Err(unmapped(&format!(
+                            ": a DECIMAL's precision is 1 to {MAX_DECIMAL_PRECISION} and its scale 0 to the precision"
+                        )));
+                    }
+                    SqlType::Decimal { precision, scale }
+                }
+                "TIMESTAMP" | "DATETIME" => SqlType::Timestamp {
+                    with_time_zone: text.contains("WITH TIME ZONE"),
+                },
+                "TIMESTAMPTZ" | "TIMESTAMP_LTZ" => SqlType::Timestamp { with_time_zone: true },
+                "DATE" => SqlType::Date,
+                "TIME" if text.contains("WITH TIME ZONE") => {
+                    return Err(unmapped(
+                        ": a TIME WITH TIME ZONE has no instant (use TIMESTAMP WITH TIME ZONE)",
+                    ))
+                }
+                "TIME" => SqlType::Time,
+                "BYTES" | "VARBINARY" | "BINARY" | "BYTEA" | "BLOB" => SqlType::Bytes,
+                _ => return Err(unmapped("")),
+            })
+        }
     }
 }
 
-/// A table column.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Column {
-    pub name: String,
-    pub data_type: SqlType,
+/// The statement's tokens with `ROW(name T, …)` spelled `STRUCT<name T, …>`,
+/// which sqlparser parses into typed fields (it reads `ROW(…)` as a custom
+/// type with flat modifiers, and refuses nested parameters in it).
+fn row_types_as_structs(sql: &str) -> Result<Vec<sqlparser::tokenizer::TokenWithSpan>> {
+    let mut tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize_with_location()
+        .map_err(|e| sql_error(e.to_string()))?;
+    // For each open parenthesis: whether it opened a rewritten ROW.
+    let mut open: Vec<bool> = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        match &tokens[i].token {
+            Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("ROW") => {
+                let next = (i + 1..tokens.len()).find(|&j| !matches!(tokens[j].token, Token::Whitespace(_)));
+                if let Some(j) = next.filter(|&j| tokens[j].token == Token::LParen) {
+                    tokens[i].token = Token::make_keyword("STRUCT");
+                    tokens[j].token = Token::Lt;
+                    open.push(true);
+                    i = j;
+                }
+            }
+            Token::LParen => open.push(false),
+            Token::RParen => {
+                if open.pop() == Some(true) {
+                    tokens[i].token = Token::Gt;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(tokens)
 }
 
 /// A parsed `CREATE TABLE`.
@@ -147,7 +241,10 @@ fn literal(key: &str, value: &Expr) -> Result<String> {
 
 /// Parses one `CREATE TABLE` statement.
 pub fn parse_create_table(sql: &str) -> Result<TableDefinition> {
-    let statements = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| sql_error(e.to_string()))?;
+    let statements = Parser::new(&GenericDialect {})
+        .with_tokens_with_locations(row_types_as_structs(sql)?)
+        .parse_statements()
+        .map_err(|e| sql_error(e.to_string()))?;
     let [statement] = statements.as_slice() else {
         return Err(sql_error(format!(
             "expected one CREATE TABLE statement, found {} statements",
@@ -170,7 +267,7 @@ pub fn parse_create_table(sql: &str) -> Result<TableDefinition> {
             )));
         }
         columns.push(Column {
-            data_type: SqlType::from_sql(&column, &c.data_type.to_string())?,
+            data_type: sql_type(&format!("{column:?}"), &c.data_type)?,
             name: column,
         });
     }
@@ -208,12 +305,27 @@ pub enum TableMode {
     ExactlyOnce,
 }
 
+/// Which JSON → row decode a source table uses (`columnar_decode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonBridge {
+    /// `json_string_to_row`: one [`Row`] per record.
+    Row,
+    /// `json_string_to_row_columnar`: typed column vectors per batch
+    /// ([`super::columnar`]), falling back to the row decode where it
+    /// cannot be exact. The default for a `format = 'json'` (or
+    /// format-less) source table.
+    Columnar,
+}
+
 /// A planned table: the factory and the parameters it gets.
 #[derive(Clone, Debug)]
 pub struct PlannedTable {
     pub factory: &'static str,
     pub mode: TableMode,
     pub context: BuildContext,
+    /// The JSON → row decode of a source ([`build_table_source`]); a sink
+    /// ignores it.
+    pub bridge: JsonBridge,
 }
 
 /// Options the planner consumes (not passed to the factory).
@@ -277,9 +389,22 @@ pub fn plan(table: &TableDefinition, role: TableRole, subtask_index: u32, parall
             }
         },
     };
-    if let Some(v) = table.options.get("columnar_decode") {
-        super::options::parse_bool("columnar_decode", v)?;
-    }
+    // The reference: columnar is the default for a format = 'json' table;
+    // a registry format's decoder hands the bridge JSON text too, and takes
+    // the row decode unless columnar_decode = 'true'.
+    let json_format = table
+        .options
+        .get("format")
+        .is_none_or(|f| f.trim().eq_ignore_ascii_case("json"));
+    let columnar = match table.options.get("columnar_decode") {
+        Some(v) => super::options::parse_bool("columnar_decode", v)?,
+        None => json_format,
+    };
+    let bridge = if columnar {
+        JsonBridge::Columnar
+    } else {
+        JsonBridge::Row
+    };
     let mut params: BTreeMap<String, String> = table
         .options
         .iter()
@@ -307,6 +432,7 @@ pub fn plan(table: &TableDefinition, role: TableRole, subtask_index: u32, parall
         factory,
         mode,
         context: BuildContext::new(params).with_subtask(subtask_index, parallelism),
+        bridge,
     })
 }
 
@@ -323,112 +449,26 @@ pub fn build_table(
     Ok((planned, operator))
 }
 
-// ---------------------------------------------------------------------------
-// The JSON row bridge.
-
-/// A column value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum SqlValue {
-    Null,
-    Boolean(bool),
-    Integer(i64),
-    Double(f64),
-    String(String),
-}
-
-/// A row: values in column order, and its change kind.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Row {
-    pub kind: RowKind,
-    pub values: Vec<SqlValue>,
-}
-
-impl Row {
-    pub fn insert(values: Vec<SqlValue>) -> Row {
-        Row {
-            kind: RowKind::Insert,
-            values,
-        }
-    }
-}
-
-fn json_error(message: impl Into<String>) -> ConnectorError {
-    ConnectorError::Json {
-        message: message.into(),
-    }
-}
-
-/// A row as JSON text for the string channel (`row_to_json_string`): an
-/// object of the columns in order, plus `__row_kind` unless an insert.
-pub fn row_to_json(columns: &[Column], row: &Row) -> Result<Text> {
-    if row.values.len() != columns.len() {
-        return Err(json_error(format!(
-            "the row has {} values for {} columns",
-            row.values.len(),
-            columns.len()
-        )));
-    }
-    let mut object = Map::with_capacity(columns.len() + 1);
-    for (c, v) in columns.iter().zip(&row.values) {
-        let json = match (c.data_type, v) {
-            (_, SqlValue::Null) => Value::Null,
-            (SqlType::Integer, SqlValue::Integer(i)) => Value::Number((*i).into()),
-            (SqlType::Double, SqlValue::Double(d)) => Value::Number(
-                Number::from_f64(*d).ok_or_else(|| json_error(format!("column {:?}: {d} has no JSON form", c.name)))?,
-            ),
-            (SqlType::Double, SqlValue::Integer(i)) => Value::Number((*i).into()),
-            (SqlType::Boolean, SqlValue::Boolean(b)) => Value::Bool(*b),
-            (SqlType::String, SqlValue::String(s)) => Value::String(s.clone()),
-            (t, v) => return Err(json_error(format!("column {:?} is {t:?}, the value is {v:?}", c.name))),
-        };
-        object.insert(c.name.clone(), json);
-    }
-    if row.kind != RowKind::Insert {
-        object.insert(ROW_KIND_FIELD.into(), Value::String(row.kind.name().into()));
-    }
-    Ok(Text::from(Value::Object(object).to_string()))
-}
-
-/// JSON text from the string channel as a row (`json_string_to_row`):
-/// missing columns are null, extra fields are ignored, a value of the wrong
-/// type is an error naming the column.
-pub fn json_to_row(columns: &[Column], text: &str) -> Result<Row> {
-    let object = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(o)) => o,
-        Ok(_) => return Err(json_error("not a JSON object")),
-        Err(e) => return Err(json_error(format!("not JSON: {e}"))),
-    };
-    let kind = match object.get(ROW_KIND_FIELD) {
-        None => RowKind::Insert,
-        Some(Value::String(s)) => {
-            RowKind::parse(s).ok_or_else(|| json_error(format!("unknown {ROW_KIND_FIELD} {s:?}")))?
-        }
-        Some(_) => return Err(json_error(format!("{ROW_KIND_FIELD} is not a string"))),
-    };
-    let mut values = Vec::with_capacity(columns.len());
-    for c in columns {
-        let v = match (c.data_type, object.get(&c.name)) {
-            (_, None | Some(Value::Null)) => SqlValue::Null,
-            (SqlType::Integer, Some(Value::Number(n))) => SqlValue::Integer(
-                n.as_i64()
-                    .ok_or_else(|| json_error(format!("column {:?}: {n} is not a 64-bit integer", c.name)))?,
-            ),
-            (SqlType::Double, Some(Value::Number(n))) => SqlValue::Double(
-                n.as_f64()
-                    .ok_or_else(|| json_error(format!("column {:?}: {n} is not a number", c.name)))?,
-            ),
-            (SqlType::Boolean, Some(Value::Bool(b))) => SqlValue::Boolean(*b),
-            (SqlType::String, Some(Value::String(s))) => SqlValue::String(s.clone()),
-            (t, Some(other)) => {
-                return Err(json_error(format!(
-                    "column {:?} is {t:?}, the JSON value is {other}",
-                    c.name
-                )))
-            }
-        };
-        values.push(v);
-    }
-    Ok(Row { kind, values })
+/// Plans `table` as a source and builds its [`TableSource`]: the string
+/// source `kafka_source_string` (the same option parsing as the registry's
+/// builder) followed by the JSON row bridge the plan chose
+/// ([`PlannedTable::bridge`]), each record's failures on the
+/// `decode_error` policy.
+pub fn build_table_source(
+    table: &TableDefinition,
+    subtask_index: u32,
+    parallelism: u32,
+) -> Result<(PlannedTable, TableSource<SelectedConsumer>)> {
+    let planned = plan(table, TableRole::Source, subtask_index, parallelism)?;
+    let options = super::options::parse_source(
+        super::options::FactoryKind::TextSource,
+        planned.context.params(),
+        subtask_index,
+        parallelism,
+    )?;
+    let text = TextKafkaSource::new(super::selected::kafka_source(options)?);
+    let source = TableSource::new(text, table.columns.clone(), planned.bridge == JsonBridge::Columnar);
+    Ok((planned, source))
 }
 
 #[cfg(test)]
@@ -447,46 +487,5 @@ mod tests {
         assert_eq!(t.options["linger_ms"], "0");
         assert_eq!(t.options["acks"], "-1");
         assert!(parse_create_table("CREATE TABLE t (a BIGINT) WITH ('kafka.client.rack' = 'x')").is_err());
-    }
-
-    #[test]
-    fn json_bridge_round_trips() {
-        let cols = vec![
-            Column {
-                name: "id".into(),
-                data_type: SqlType::Integer,
-            },
-            Column {
-                name: "name".into(),
-                data_type: SqlType::String,
-            },
-            Column {
-                name: "score".into(),
-                data_type: SqlType::Double,
-            },
-            Column {
-                name: "ok".into(),
-                data_type: SqlType::Boolean,
-            },
-        ];
-        let row = Row {
-            kind: RowKind::Delete,
-            values: vec![
-                SqlValue::Integer(-3),
-                SqlValue::String("é\"x".into()),
-                SqlValue::Double(1.5),
-                SqlValue::Null,
-            ],
-        };
-        let text = row_to_json(&cols, &row).unwrap();
-        assert_eq!(
-            text.as_str(),
-            r#"{"id":-3,"name":"é\"x","score":1.5,"ok":null,"__row_kind":"delete"}"#
-        );
-        assert_eq!(json_to_row(&cols, &text).unwrap(), row);
-        let e = json_to_row(&cols, r#"{"id":"7"}"#).unwrap_err();
-        assert!(e.to_string().contains("\"id\""), "{e}");
-        assert!(json_to_row(&cols, r#"{"id":1.5}"#).is_err());
-        assert!(json_to_row(&cols, "[]").is_err());
     }
 }
