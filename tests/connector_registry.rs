@@ -1037,6 +1037,11 @@ message Order {
   message Line { string sku = 1; double qty = 2; }
 }
 message Refund { int64 order_id = 1; string reason = 2; }
+message Basket {
+  map<string, int32> counts = 1;
+  repeated Item items = 2;
+  message Item { string sku = 1; }
+}
 "#;
 
 fn order_proto_v2() -> String {
@@ -1209,7 +1214,7 @@ async fn bad_protobuf_values_take_the_decode_error_path() {
     let good = framed_pb(id, &[0], &[0x08, 0x01]); // Order {id: 1}
     let values = vec![
         good.clone(),
-        framed_pb(id, &[0x02, 0x0e], &[0x08, 0x01]), // [7]: the file has 2 messages
+        framed_pb(id, &[0x02, 0x0e], &[0x08, 0x01]), // [7]: the file has 3 messages
         framed_pb(id, &[0x04, 0x00, 0x0a], &[]),     // [0, 5]: Order has 1 nested message
         framed_pb(id, &[0x06, 0x02], &[]),           // count 3, one index: truncated
         framed_pb(id, &[0xfe, 0xff, 0xff, 0xff, 0x0f], &[]), // count i32::MAX: over the bound
@@ -1300,14 +1305,19 @@ async fn protobuf_interop_with_googles_runtime_both_ways_through_the_broker_and_
         ),
         ("clink.test.Order.Line", r#"{"sku": "nested", "qty": 3}"#),
         ("clink.test.Refund", r#"{"order_id": "12", "reason": "late"}"#),
+        // Basket's map field is its first nested type (the entry type), so
+        // Item is [2, 1]: the peer's protoc and our protox must agree.
+        ("clink.test.Basket.Item", r#"{"sku": "in-basket"}"#),
+        ("clink.test.Basket", r#"{"counts": {"a": 1}, "items": [{"sku": "z"}]}"#),
     ] {
         framed_in.extend(protobuf_peer(&["encode", &url, &subject, proto_path, message], row));
     }
-    assert_eq!(framed_in.len(), 3);
+    assert_eq!(framed_in.len(), 5);
     let framed_in: Vec<Vec<u8>> = framed_in.iter().map(|h| unhex(h)).collect();
     assert_eq!(framed_in[0][5], 0, "[0] as the single byte 0");
     assert_eq!(&framed_in[1][5..8], [4, 0, 0], "[0, 0] as count 2, 0, 0");
     assert_eq!(&framed_in[2][5..7], [2, 2], "[1] as count 1, 1");
+    assert_eq!(&framed_in[3][5..8], [4, 4, 2], "[2, 1] as count 2, 2, 1");
     produce_raw(&cluster, &t, &framed_in).await;
     let mut source = text_source(
         &brokers,
@@ -1316,11 +1326,13 @@ async fn protobuf_interop_with_googles_runtime_both_ways_through_the_broker_and_
     );
     source.open().await.unwrap();
     assert_eq!(
-        read_texts(&mut source, 3).await.unwrap(),
+        read_texts(&mut source, 5).await.unwrap(),
         [
             r#"{"id":-9000000000,"item":"thé","tags":["x"],"status":"PAID","line":{"sku":"k","qty":0.25}}"#,
             r#"{"sku":"nested","qty":3.0}"#,
             r#"{"order_id":12,"reason":"late"}"#,
+            r#"{"sku":"in-basket"}"#,
+            r#"{"counts":{"a":1},"items":[{"sku":"z"}]}"#,
         ]
     );
 

@@ -141,8 +141,8 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                     flags.join(", ")
                 );
             }
-            if args.value_format.is_set() {
-                anyhow::bail!("--value-format runs on --backend native only");
+            if args.value_format.is_set() || args.decode_error.is_some() {
+                anyhow::bail!("--value-format and --decode-error run on --backend native only");
             }
             return super::rdkafka_paths::consume(args, other).await;
         }
