@@ -1448,11 +1448,11 @@ async fn the_cli_produces_and_consumes_protobuf_and_skips_undecodable_values_on_
         cmd
     };
     let mut produce = cli(&["produce", "--value-schema-file", proto_file.to_str().unwrap()]);
-    common::process::run(&mut produce, &rows[0], Duration::from_secs(60));
+    common::process::run(&mut produce, rows[0], Duration::from_secs(60));
     // An undecodable value between the two good ones.
     produce_raw(&cluster, &t, &[vec![7, 7, 7]]).await;
     let mut produce = cli(&["produce"]);
-    common::process::run(&mut produce, &rows[1], Duration::from_secs(60));
+    common::process::run(&mut produce, rows[1], Duration::from_secs(60));
 
     // fail (the default): stops at offset 1, naming it, non-zero exit.
     let mut consume = cli(&[
