@@ -359,9 +359,24 @@ async fn the_upsert_and_2pc_sinks_encode_avro_too() {
 /// with a plain HTTP request of the test's own, independent of the client
 /// under test; returns the id.
 async fn register_directly(url: &str, subject: &str, schema: &str) -> u32 {
+    register_directly_as(url, subject, schema, None, serde_json::json!([])).await
+}
+
+/// [`register_directly`] with a `schemaType` and `references`.
+async fn register_directly_as(
+    url: &str,
+    subject: &str,
+    schema: &str,
+    schema_type: Option<&str>,
+    references: serde_json::Value,
+) -> u32 {
     let rest = url.strip_prefix("http://").unwrap();
     let (authority, base) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let body = serde_json::json!({ "schema": schema }).to_string();
+    let mut body = serde_json::json!({ "schema": schema, "references": references });
+    if let Some(t) = schema_type {
+        body["schemaType"] = t.into();
+    }
+    let body = body.to_string();
     let req = format!(
         "POST {base}/subjects/{subject}/versions HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -376,7 +391,7 @@ async fn register_directly(url: &str, subject: &str, schema: &str) -> u32 {
     let answer = String::from_utf8_lossy(&answer);
     let json = answer.split("\r\n\r\n").nth(1).unwrap();
     // A chunked body has a size line first; take the JSON object.
-    let json = &json[json.find('{').unwrap()..=json.rfind('}').unwrap()];
+    let json = &json[json.find('{').unwrap_or_else(|| panic!("{answer}"))..=json.rfind('}').unwrap()];
     serde_json::from_str::<serde_json::Value>(json).unwrap()["id"]
         .as_u64()
         .unwrap() as u32
@@ -481,18 +496,18 @@ async fn a_sink_without_auto_register_needs_the_subject_and_options_are_checked(
         let e = parse_sink(FactoryKind::TextSink, &params(&brokers, &t, &extra)).unwrap_err();
         assert_eq!(e.option(), Some(option), "{extra:?}: {e}");
     }
-    let e = parse_source(
-        FactoryKind::TextSource,
-        &params(
-            &brokers,
-            &t,
-            &[("format", "protobuf"), ("schema_registry_url", url.as_str())],
-        ),
-        0,
-        1,
-    )
-    .unwrap_err();
-    assert!(matches!(e, ConnectorError::NotYetAvailable { .. }), "{e}");
+    // A sink whose subject holds a schema of another language is refused
+    // at open, naming the subject.
+    let t = common::unique_topic("reg-wrongtype");
+    register_directly(&url, &format!("{t}-value"), USER_V1).await;
+    let mut sink = text_sink(
+        &brokers,
+        &t,
+        &[("format", "protobuf"), ("schema_registry_url", url.as_str())],
+    );
+    let e = sink.open().await.map(drop).unwrap_err();
+    assert_eq!(e.option(), Some("schema_registry_subject"), "{e}");
+    assert!(e.to_string().contains("AVRO"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1005,4 +1020,483 @@ async fn json_schema_round_trips_and_interoperates_both_ways_with_an_independent
     let got = read_texts(&mut source, 2).await.unwrap();
     assert_eq!(got.iter().map(|g| json(g)).collect::<Vec<_>>(), rows.map(json));
     let _ = std::fs::remove_file(schema_file);
+}
+
+// ---------------------------------------------------------------------------
+// Protobuf.
+
+const ORDER_PROTO: &str = r#"syntax = "proto3";
+package clink.test;
+message Order {
+  int64 id = 1;
+  string item = 2;
+  repeated string tags = 3;
+  Status status = 4;
+  Line line = 5;
+  enum Status { NEW = 0; PAID = 1; }
+  message Line { string sku = 1; double qty = 2; }
+}
+message Refund { int64 order_id = 1; string reason = 2; }
+message Basket {
+  map<string, int32> counts = 1;
+  repeated Item items = 2;
+  message Item { string sku = 1; }
+}
+"#;
+
+fn order_proto_v2() -> String {
+    ORDER_PROTO.replace("  Line line = 5;\n", "  Line line = 5;\n  string note = 6;\n")
+}
+
+/// A Protobuf-framed value: magic, id, the message-index bytes as given, payload.
+fn framed_pb(id: u32, indexes: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut v = framed(id, indexes);
+    v.extend_from_slice(payload);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source_and_evolves() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-proto").await;
+    let sink_with = |schema: &str| {
+        text_sink(
+            &brokers,
+            &t,
+            &[
+                ("format", "protobuf"),
+                ("schema_registry_url", url.as_str()),
+                ("schema_registry_auto_register", "true"),
+                ("schema_registry_value_schema", schema),
+            ],
+        )
+    };
+    let mut sink = sink_with(ORDER_PROTO);
+    sink.open().await.unwrap();
+    let id = sink.encoder().unwrap().schema_id().unwrap();
+    let rows = [
+        r#"{"id":9000000001,"item":"tea","tags":["a","b"],"status":"PAID","line":{"sku":"s-1","qty":1.5}}"#,
+        r#"{"id":2}"#,
+        r#"{"id":3,"colour":"red"}"#, // no such field: refused, counted
+        r#"{"id":"4","item":"caf\u00e9","status":"NEW"}"#,
+    ];
+    sink.on_data(rows.iter().map(|r| Text::from(r.to_string())).collect())
+        .await
+        .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    assert_eq!(sink.refused_rows(), 1);
+    sink.close().await.unwrap();
+
+    // Framed with the id and the one-byte index [0] of the first message.
+    let raw = consume_raw(&cluster, &t, 3).await;
+    for v in &raw {
+        assert_eq!(&v[..6], &framed(id, &[0])[..], "{v:?}");
+    }
+
+    // Version 2 adds a field; its records and version 1's decode alike.
+    let mut sink = sink_with(&order_proto_v2());
+    sink.open().await.unwrap();
+    let id2 = sink.encoder().unwrap().schema_id().unwrap();
+    assert_ne!(id, id2);
+    sink.on_data(vec![Text::from(r#"{"id":5,"note":"v2"}"#.to_owned())])
+        .await
+        .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.close().await.unwrap();
+
+    let mut source = text_source(
+        &brokers,
+        &t,
+        &[("format", "protobuf"), ("schema_registry_url", url.as_str())],
+    );
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 4).await.unwrap(),
+        [
+            rows[0],
+            r#"{"id":2,"item":"","tags":[],"status":"NEW"}"#,
+            r#"{"id":4,"item":"café","tags":[],"status":"NEW"}"#,
+            r#"{"id":5,"item":"","tags":[],"status":"NEW","note":"v2"}"#,
+        ]
+    );
+    // One lookup per id.
+    assert_eq!(source.decoder().unwrap().registry_requests(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upsert_and_2pc_sinks_encode_protobuf_too() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let fmt = [
+        ("format", "protobuf"),
+        ("schema_registry_url", url.as_str()),
+        ("schema_registry_auto_register", "true"),
+        ("schema_registry_value_schema", ORDER_PROTO),
+    ];
+    let source_fmt = [("format", "protobuf"), ("schema_registry_url", url.as_str())];
+
+    let t = topic(&cluster, "reg-proto-upsert").await;
+    let mut extra = fmt.to_vec();
+    extra.push(("primary_key", "id"));
+    let mut upsert = selected::upsert_sink(parse_upsert(&params(&brokers, &t, &extra)).unwrap()).unwrap();
+    upsert.open().await.unwrap();
+    upsert
+        .on_data(vec![
+            Text::from(r#"{"id":1,"item":"a","__row_kind":"insert"}"#.to_owned()),
+            Text::from(r#"{"id":1,"item":7,"__row_kind":"insert"}"#.to_owned()),
+            Text::from(r#"{"id":1,"__row_kind":"delete"}"#.to_owned()),
+        ])
+        .await
+        .unwrap();
+    upsert.on_barrier(1).await.unwrap();
+    assert_eq!(upsert.refused_rows(), 1);
+    upsert.close().await.unwrap();
+    let raw = common::consume_exactly(&cluster, ConsumerConfig::default(), &t, 0, Offset::Earliest, 2).await;
+    assert_eq!(raw[0].record.key.as_deref(), Some(&b"1"[..]));
+    assert!(raw[1].record.value.is_none(), "the delete is a tombstone, not encoded");
+    let mut source = text_source(&brokers, &t, &source_fmt);
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 1).await.unwrap(),
+        [r#"{"id":1,"item":"a","tags":[],"status":"NEW"}"#]
+    );
+
+    let t = topic(&cluster, "reg-proto-2pc").await;
+    let mut registry = Registry::new();
+    install(&mut registry).unwrap();
+    let mut extra = fmt.to_vec();
+    let txid = format!("{t}-tx");
+    extra.extend([("transactional_id", txid.as_str()), ("receipts_in_memory", "true")]);
+    let mut sink = registry
+        .build(
+            "kafka_2pc_sink_string",
+            &BuildContext::new(common::connector::connector_params(&brokers, &t, &extra)),
+        )
+        .unwrap()
+        .into_text_sink("kafka_2pc_sink_string")
+        .unwrap();
+    sink.open().await.unwrap();
+    sink.on_data(vec![
+        Text::from(r#"{"id":7,"item":"tx","status":"PAID"}"#.to_owned()),
+        Text::from(r#"{"id":8,"status":"LOST"}"#.to_owned()),
+    ])
+    .await
+    .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.on_commit(1).await.unwrap();
+    sink.close().await.unwrap();
+    let mut source = text_source(&brokers, &t, &source_fmt);
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 1).await.unwrap(),
+        [r#"{"id":7,"item":"tx","tags":[],"status":"PAID"}"#]
+    );
+    assert!(drain(&mut source).await.is_empty(), "the refused row was never sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_protobuf_values_take_the_decode_error_path() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-proto-bad").await;
+    let id = register_directly_as(
+        &url,
+        &format!("{t}-value"),
+        ORDER_PROTO,
+        Some("PROTOBUF"),
+        serde_json::json!([]),
+    )
+    .await;
+    let good = framed_pb(id, &[0], &[0x08, 0x01]); // Order {id: 1}
+    let values = vec![
+        good.clone(),
+        framed_pb(id, &[0x02, 0x0e], &[0x08, 0x01]), // [7]: the file has 3 messages
+        framed_pb(id, &[0x04, 0x00, 0x0a], &[]),     // [0, 5]: Order has 1 nested message
+        framed_pb(id, &[0x06, 0x02], &[]),           // count 3, one index: truncated
+        framed_pb(id, &[0xfe, 0xff, 0xff, 0xff, 0x0f], &[]), // count i32::MAX: over the bound
+        framed_pb(id, &[0], &[0x08]),                // a varint cut short
+        framed_pb(id, &[0], &[0x12, 0x05, b'a']),    // a string claiming 5 bytes, 1 there
+        framed_pb(id, &[0x02, 0x02], &[0x08, 0x05]), // [1]: Refund {order_id: 5}
+        good,
+    ];
+    produce_raw(&cluster, &t, &values).await;
+    let fmt = [("format", "protobuf"), ("schema_registry_url", url.as_str())];
+
+    let mut fail = text_source(&brokers, &t, &fmt);
+    fail.open().await.unwrap();
+    let e = read_texts(&mut fail, 9).await.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ConnectorError::Undecodable {
+                partition: 0,
+                offset: 1,
+                format: "protobuf",
+                ..
+            }
+        ) && e.to_string().contains("out of range"),
+        "{e}"
+    );
+
+    let logs = common::connector::capture_logs();
+    let mut extra = fmt.to_vec();
+    extra.push(("decode_error", "skip"));
+    let mut skip = text_source(&brokers, &t, &extra);
+    skip.open().await.unwrap();
+    let order = r#"{"id":1,"item":"","tags":[],"status":"NEW"}"#;
+    assert_eq!(
+        read_texts(&mut skip, 3).await.unwrap(),
+        [order, r#"{"order_id":5,"reason":""}"#, order]
+    );
+    assert_eq!(skip.inner().counters().decode_errors_skipped(), 6);
+    assert_eq!(resume_offset(&skip.snapshot()), "9");
+    let warned = logs.contents();
+    for reason in [
+        "out of range",
+        "truncated varint",
+        "nesting bound",
+        "not a clink.test.Order message",
+    ] {
+        assert!(
+            warned.contains(reason),
+            "{reason:?} missing from the warnings:\n{warned}"
+        );
+    }
+}
+
+/// Runs the Protobuf peer (`tests/interop_avro/protobuf_peer.py`: Google's
+/// protobuf runtime and protoc) with `stdin`, bounded; its stdout lines.
+fn protobuf_peer(args: &[&str], stdin: &str) -> Vec<String> {
+    let python = match std::env::var("CLINK_FASTAVRO_PYTHON") {
+        Ok(p) if !p.is_empty() => p,
+        _ => panic!("CLINK_FASTAVRO_PYTHON is not set: eval \"$(tests/interop_avro/setup)\" (scripts/test does)"),
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop_avro/protobuf_peer.py");
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(script).args(args);
+    lines_of(
+        common::process::run(&mut cmd, stdin, Duration::from_secs(90)),
+        "the protobuf peer",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_interop_with_googles_runtime_both_ways_through_the_broker_and_registry() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let proto_file = std::env::temp_dir().join(format!("{}.proto", common::unique_topic("order")));
+    std::fs::write(&proto_file, ORDER_PROTO).unwrap();
+    let proto_path = proto_file.to_str().unwrap();
+
+    // The peer writes (registering through the REST API) the first message,
+    // a nested one ([0, 0]) and the second top-level one ([1]); we read.
+    let t = topic(&cluster, "reg-proto-in").await;
+    let subject = format!("{t}-value");
+    let mut framed_in = Vec::new();
+    for (message, row) in [
+        (
+            "clink.test.Order",
+            r#"{"id": "-9000000000", "item": "th\u00e9", "tags": ["x"], "status": "PAID", "line": {"sku": "k", "qty": 0.25}}"#,
+        ),
+        ("clink.test.Order.Line", r#"{"sku": "nested", "qty": 3}"#),
+        ("clink.test.Refund", r#"{"order_id": "12", "reason": "late"}"#),
+        // Basket's map field is its first nested type (the entry type), so
+        // Item is [2, 1]: the peer's protoc and our protox must agree.
+        ("clink.test.Basket.Item", r#"{"sku": "in-basket"}"#),
+        ("clink.test.Basket", r#"{"counts": {"a": 1}, "items": [{"sku": "z"}]}"#),
+    ] {
+        framed_in.extend(protobuf_peer(&["encode", &url, &subject, proto_path, message], row));
+    }
+    assert_eq!(framed_in.len(), 5);
+    let framed_in: Vec<Vec<u8>> = framed_in.iter().map(|h| unhex(h)).collect();
+    assert_eq!(framed_in[0][5], 0, "[0] as the single byte 0");
+    assert_eq!(&framed_in[1][5..8], [4, 0, 0], "[0, 0] as count 2, 0, 0");
+    assert_eq!(&framed_in[2][5..7], [2, 2], "[1] as count 1, 1");
+    assert_eq!(&framed_in[3][5..8], [4, 4, 2], "[2, 1] as count 2, 2, 1");
+    produce_raw(&cluster, &t, &framed_in).await;
+    let mut source = text_source(
+        &brokers,
+        &t,
+        &[("format", "protobuf"), ("schema_registry_url", url.as_str())],
+    );
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 5).await.unwrap(),
+        [
+            r#"{"id":-9000000000,"item":"thé","tags":["x"],"status":"PAID","line":{"sku":"k","qty":0.25}}"#,
+            r#"{"sku":"nested","qty":3.0}"#,
+            r#"{"order_id":12,"reason":"late"}"#,
+            r#"{"sku":"in-basket"}"#,
+            r#"{"counts":{"a":1},"items":[{"sku":"z"}]}"#,
+        ]
+    );
+
+    // We write; the peer reads (fetching and compiling the schema itself).
+    let t = topic(&cluster, "reg-proto-out").await;
+    let mut sink = text_sink(
+        &brokers,
+        &t,
+        &[
+            ("format", "protobuf"),
+            ("schema_registry_url", url.as_str()),
+            ("schema_registry_auto_register", "true"),
+            ("schema_registry_value_schema", ORDER_PROTO),
+        ],
+    );
+    sink.open().await.unwrap();
+    sink.on_data(vec![
+        Text::from(
+            r#"{"id":9000000001,"item":"tea","tags":["a","b"],"status":"PAID","line":{"sku":"s","qty":1.5}}"#
+                .to_owned(),
+        ),
+        Text::from(r#"{"id":2}"#.to_owned()),
+    ])
+    .await
+    .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.close().await.unwrap();
+    let raw = consume_raw(&cluster, &t, 2).await;
+    let decoded = protobuf_peer(
+        &["decode", &url],
+        &raw.iter().map(|v| hex(v)).collect::<Vec<_>>().join("\n"),
+    );
+    // Google's JSON mapping prints 64-bit integers as strings.
+    assert_eq!(
+        decoded.iter().map(|d| json(d)).collect::<Vec<_>>(),
+        [
+            json(r#"{"id":"9000000001","item":"tea","tags":["a","b"],"status":"PAID","line":{"sku":"s","qty":1.5}}"#),
+            json(r#"{"id":"2","item":"","tags":[],"status":"NEW"}"#),
+        ]
+    );
+    let _ = std::fs::remove_file(proto_file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_schema_references_are_fetched_and_imported() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-proto-ref").await;
+    let money = "syntax = \"proto3\";\npackage shop;\nmessage Money { int64 cents = 1; string currency = 2; }\n";
+    let money_subject = format!("{t}-money");
+    register_directly_as(&url, &money_subject, money, Some("PROTOBUF"), serde_json::json!([])).await;
+    let price = "syntax = \"proto3\";\npackage shop;\nimport \"shop/money.proto\";\nmessage Price { string sku = 1; shop.Money amount = 2; }\n";
+    let id = register_directly_as(
+        &url,
+        &format!("{t}-value"),
+        price,
+        Some("PROTOBUF"),
+        serde_json::json!([{"name": "shop/money.proto", "subject": money_subject, "version": 1}]),
+    )
+    .await;
+    // Price {sku: "a", amount: {cents: 250, currency: "EUR"}}
+    let payload = [
+        0x0a, 0x01, b'a', 0x12, 0x08, 0x08, 0xfa, 0x01, 0x12, 0x03, b'E', b'U', b'R',
+    ];
+    produce_raw(&cluster, &t, &[framed_pb(id, &[0], &payload)]).await;
+    let mut source = text_source(
+        &brokers,
+        &t,
+        &[("format", "protobuf"), ("schema_registry_url", url.as_str())],
+    );
+    source.open().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 1).await.unwrap(),
+        [r#"{"sku":"a","amount":{"cents":250,"currency":"EUR"}}"#]
+    );
+    // The subject's latest version, with its reference, serves a sink too.
+    let mut sink = text_sink(
+        &brokers,
+        &t,
+        &[("format", "protobuf"), ("schema_registry_url", url.as_str())],
+    );
+    sink.open().await.unwrap();
+    assert_eq!(sink.encoder().unwrap().schema_id(), Some(id));
+    sink.on_data(vec![Text::from(r#"{"sku":"b","amount":{"cents":1}}"#.to_owned())])
+        .await
+        .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.close().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 1).await.unwrap(),
+        [r#"{"sku":"b","amount":{"cents":1,"currency":""}}"#]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_produces_and_consumes_protobuf_and_skips_undecodable_values_on_request() {
+    let Some(brokers) = common::brokers() else { return };
+    let Some(url) = registry_url() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let t = topic(&cluster, "reg-cli-proto").await;
+    let proto_file = std::env::temp_dir().join(format!("{t}.proto"));
+    std::fs::write(&proto_file, ORDER_PROTO).unwrap();
+    let rows = [
+        r#"{"id":1,"item":"tea","tags":["a"],"status":"PAID"}"#,
+        r#"{"id":2,"item":"","tags":[],"status":"NEW","line":{"sku":"x","qty":2.0}}"#,
+    ];
+    let cli = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_clink-kafka"));
+        cmd.args(args)
+            .args(["--brokers", &brokers, "--topic", &t, "--value-format", "protobuf"])
+            .args(["--schema-registry-url", &url]);
+        cmd
+    };
+    let mut produce = cli(&["produce", "--value-schema-file", proto_file.to_str().unwrap()]);
+    common::process::run(&mut produce, rows[0], Duration::from_secs(60));
+    // An undecodable value between the two good ones.
+    produce_raw(&cluster, &t, &[vec![7, 7, 7]]).await;
+    let mut produce = cli(&["produce"]);
+    common::process::run(&mut produce, rows[1], Duration::from_secs(60));
+
+    // fail (the default): stops at offset 1, naming it, non-zero exit.
+    let mut consume = cli(&[
+        "consume",
+        "--from-beginning",
+        "--count",
+        "2",
+        "--idle-timeout-ms",
+        "20000",
+    ]);
+    let out = common::process::run_to_exit(&mut consume, "", Duration::from_secs(60));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{t}[0] offset 1")) && stderr.contains("magic"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{}\n", rows[0]));
+
+    // skip: the two good values, a warning naming the skipped one, a count.
+    let mut consume = cli(&["consume", "--from-beginning", "--count", "2", "--decode-error", "skip"]);
+    let out = common::process::run(&mut consume, "", Duration::from_secs(60));
+    assert_eq!(lines_of(out.clone(), "consume"), rows);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("offset=1") && stderr.contains("magic") && stderr.contains("1 records could not be decoded"),
+        "{stderr}"
+    );
+
+    // --decode-error without --value-format is refused, naming the flag.
+    let mut bare = std::process::Command::new(env!("CARGO_BIN_EXE_clink-kafka"));
+    bare.args([
+        "consume",
+        "--brokers",
+        &brokers,
+        "--topic",
+        &t,
+        "--decode-error",
+        "skip",
+        "--count",
+        "1",
+    ]);
+    let out = common::process::run_to_exit(&mut bare, "", Duration::from_secs(60));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--value-format"));
+    let _ = std::fs::remove_file(proto_file);
 }

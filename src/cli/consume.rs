@@ -21,6 +21,12 @@ pub struct ConsumeArgs {
     pub backend: super::backend::BackendArgs,
     #[command(flatten)]
     pub value_format: super::value_format::ValueFormatArgs,
+    /// With --value-format: what a value that cannot be decoded does.
+    /// `fail` (default) stops with its topic, partition, offset and the
+    /// reason; `skip` logs the same at warn level, leaves it out and goes
+    /// on, and the count of skipped records is logged at the end.
+    #[arg(long, value_name = "fail|skip", value_parser = ["fail", "skip"])]
+    pub decode_error: Option<String>,
     /// Topic to read.
     #[arg(long)]
     pub topic: String,
@@ -135,13 +141,21 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                     flags.join(", ")
                 );
             }
-            if args.value_format.is_set() {
-                anyhow::bail!("--value-format runs on --backend native only");
+            if args.value_format.is_set() || args.decode_error.is_some() {
+                anyhow::bail!("--value-format and --decode-error run on --backend native only");
             }
             return super::rdkafka_paths::consume(args, other).await;
         }
     }
     let mut decoder = args.value_format.decoder()?;
+    let skip_undecodable = match args.decode_error.as_deref() {
+        None | Some("fail") => false,
+        Some(_) if decoder.is_none() => {
+            anyhow::bail!("--decode-error skip needs --value-format (nothing else is decoded)")
+        }
+        Some(_) => true,
+    };
+    let mut skipped: u64 = 0;
     let config = args.connect.client_config()?;
     let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
     let consumer_config = args.consumer_config();
@@ -174,8 +188,14 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             }
         }
         let mut records = consumer.poll(Duration::from_millis(500)).await?;
+        // An undecodable value (--decode-error fail): the records before it
+        // are printed, then the run stops with its error.
+        let mut undecodable = None;
         if let Some(d) = &mut decoder {
-            super::value_format::decode_records(d, &mut records).await?;
+            match super::value_format::decode_records(d, &mut records, skip_undecodable).await {
+                Ok(n) => skipped += n,
+                Err(e) => undecodable = Some(e),
+            }
         }
         if !records.is_empty() {
             last_record = Instant::now();
@@ -193,6 +213,10 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             }
         }
         out.flush()?;
+        if let Some(e) = undecodable {
+            progress.finish();
+            return Err(e);
+        }
         if !records.is_empty() {
             // After a fetch, so the lag is known.
             progress.update(seen, || lag(&consumer));
@@ -200,6 +224,13 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     progress.finish();
+    if skip_undecodable {
+        tracing::warn!(
+            skipped,
+            topic = %args.topic,
+            "{skipped} records could not be decoded and were skipped (--decode-error skip)"
+        );
+    }
     Ok(())
 }
 

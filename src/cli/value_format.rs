@@ -1,4 +1,4 @@
-//! `--value-format avro --schema-registry-url URL` for `produce` and
+//! `--value-format avro|protobuf|json-schema --schema-registry-url URL` for `produce` and
 //! `consume`: JSON lines in, registry-framed values out, and back, through
 //! the connector's own encoder and decoder (`connector::format`).
 
@@ -11,8 +11,8 @@ use clink_kafka::connector::format::{FormatOptions, ValueDecoder, ValueEncoder, 
 /// The registry flags.
 #[derive(Args, Debug, Default)]
 pub struct ValueFormatArgs {
-    /// Registry-framed values: avro or json-schema (protobuf is not
-    /// implemented yet). Values are JSON text on stdin / stdout.
+    /// Registry-framed values: avro, protobuf or json-schema. Values are
+    /// JSON text on stdin / stdout (protobuf: the schema's first message).
     #[arg(long, value_name = "FORMAT")]
     pub value_format: Option<String>,
     /// The Confluent-compatible registry API, e.g.
@@ -42,9 +42,6 @@ impl ValueFormatArgs {
         let Some(format) = ValueFormat::parse("--value-format", f)? else {
             return Ok(None);
         };
-        if format == ValueFormat::Protobuf {
-            anyhow::bail!("--value-format protobuf: not implemented yet (avro and json-schema are)");
-        }
         let url = self
             .schema_registry_url
             .clone()
@@ -91,26 +88,58 @@ pub fn encode_line(encoder: &ValueEncoder, value: Option<Bytes>, line_no: u64) -
     }
 }
 
-/// Replaces every value of `records` by its JSON text; the error names the
-/// record.
-pub async fn decode_records(decoder: &mut ValueDecoder, records: &mut [ConsumerRecord]) -> anyhow::Result<()> {
+/// Replaces every value of `records` by its JSON text. A value that cannot
+/// be decoded is, with `skip`, a warning naming the record, and the record
+/// is left out (the count of those is returned); else an error naming it,
+/// and `records` keeps only the records before it (to print them first).
+pub async fn decode_records(
+    decoder: &mut ValueDecoder,
+    records: &mut Vec<ConsumerRecord>,
+    skip: bool,
+) -> anyhow::Result<u64> {
     decoder
         .prepare(records.iter().filter_map(|r| r.record.value.as_deref()))
         .await;
-    for r in records {
-        if let Some(v) = &r.record.value {
-            let json = decoder.decode(v).map_err(|f| {
-                anyhow::anyhow!(
-                    "the value at {}[{}] offset {} cannot be decoded as {}: {}",
+    let mut skipped = 0;
+    let mut failure = None;
+    records.retain_mut(|r| {
+        if failure.is_some() {
+            return false;
+        }
+        let Some(v) = &r.record.value else { return true };
+        match decoder.decode(v) {
+            Ok(json) => {
+                r.record.value = Some(Bytes::from(json));
+                true
+            }
+            Err(f) if skip => {
+                tracing::warn!(
+                    topic = %r.topic,
+                    partition = r.partition,
+                    offset = r.record.offset,
+                    format = decoder.format().name(),
+                    reason = %f.0,
+                    "--decode-error skip: skipping a value that cannot be decoded"
+                );
+                skipped += 1;
+                false
+            }
+            Err(f) => {
+                failure = Some(anyhow::anyhow!(
+                    "the value at {}[{}] offset {} cannot be decoded as {}: {} \
+                     (--decode-error skip leaves such values out)",
                     r.topic,
                     r.partition,
                     r.record.offset,
                     decoder.format().name(),
                     f.0
-                )
-            })?;
-            r.record.value = Some(Bytes::from(json));
+                ));
+                false
+            }
         }
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(skipped),
     }
-    Ok(())
 }

@@ -121,12 +121,39 @@ pub enum RegistryError {
     Garbage { url: String, what: String, reason: String },
 }
 
+/// The most schema references one schema may pull in, transitively.
+pub const MAX_REFERENCES: usize = 64;
+
 /// A schema as the registry holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RegisteredSchema {
     pub id: u32,
     pub schema_type: SchemaType,
     pub text: String,
+    /// The texts of the schemas it references (Confluent `references`:
+    /// a Protobuf `import` name, or a JSON/Avro reference name → that
+    /// subject version's text), transitively, fetched with it.
+    pub resolved_references: Vec<(String, String)>,
+}
+
+impl RegisteredSchema {
+    pub fn new(id: u32, schema_type: SchemaType, text: String) -> Self {
+        RegisteredSchema {
+            id,
+            schema_type,
+            text,
+            resolved_references: Vec::new(),
+        }
+    }
+}
+
+/// One entry of a schema's `references` array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SchemaReference {
+    name: String,
+    subject: String,
+    version: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -246,7 +273,9 @@ impl SchemaRegistryClient {
         }
         let what = format!("schema id {id}");
         let v = self.call("GET", &format!("/schemas/ids/{id}"), None, &what).await?;
-        let s = Arc::new(schema_from(&v, Some(id), &self.config.url, &what)?);
+        let (mut s, refs) = schema_from(&v, Some(id), &self.config.url, &what)?;
+        s.resolved_references = self.resolve_references(refs, &what).await?;
+        let s = Arc::new(s);
         self.by_id.insert(id, s.clone());
         Ok(s)
     }
@@ -258,7 +287,9 @@ impl SchemaRegistryClient {
         let path = format!("/subjects/{}/versions/latest", http::encode_segment(subject));
         match self.call("GET", &path, None, &what).await {
             Ok(v) => {
-                let s = Arc::new(schema_from(&v, None, &self.config.url, &what)?);
+                let (mut s, refs) = schema_from(&v, None, &self.config.url, &what)?;
+                s.resolved_references = self.resolve_references(refs, &what).await?;
+                let s = Arc::new(s);
                 self.by_id.entry(s.id).or_insert_with(|| s.clone());
                 self.latest.insert(subject.to_owned(), s.clone());
                 Ok(s)
@@ -295,14 +326,47 @@ impl SchemaRegistryClient {
             what: what.clone(),
             reason: "no \"id\" in the answer".into(),
         })?;
-        let s = Arc::new(RegisteredSchema {
-            id,
-            schema_type,
-            text: text.to_owned(),
-        });
+        let s = Arc::new(RegisteredSchema::new(id, schema_type, text.to_owned()));
         self.by_id.entry(id).or_insert(s);
         self.registered.insert(key, id);
         Ok(id)
+    }
+
+    /// Fetches the texts of `refs` and of theirs (each subject version
+    /// once), at most [`MAX_REFERENCES`] in all.
+    async fn resolve_references(
+        &mut self,
+        mut refs: Vec<SchemaReference>,
+        what: &str,
+    ) -> Result<Vec<(String, String)>, RegistryError> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        while let Some(r) = refs.pop() {
+            if out.iter().any(|(name, _)| *name == r.name) {
+                continue;
+            }
+            if out.len() >= MAX_REFERENCES {
+                return Err(RegistryError::Garbage {
+                    url: self.config.url.clone(),
+                    what: what.to_owned(),
+                    reason: format!("more than {MAX_REFERENCES} schema references"),
+                });
+            }
+            let ref_what = format!(
+                "{what}: reference {:?} (subject {:?} version {})",
+                r.name, r.subject, r.version
+            );
+            let version = if r.version < 0 {
+                "latest".to_owned()
+            } else {
+                r.version.to_string()
+            };
+            let path = format!("/subjects/{}/versions/{version}", http::encode_segment(&r.subject));
+            let v = self.call("GET", &path, None, &ref_what).await?;
+            let (s, more) = schema_from(&v, Some(0), &self.config.url, &ref_what)?;
+            out.push((r.name, s.text));
+            refs.extend(more);
+        }
+        Ok(out)
     }
 
     /// One request, bounded by the timeout; the answer's JSON on a 2xx.
@@ -435,7 +499,12 @@ fn json_id(v: &Value) -> Option<u32> {
     v.get("id").and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok())
 }
 
-fn schema_from(v: &Value, id: Option<u32>, url: &str, what: &str) -> Result<RegisteredSchema, RegistryError> {
+fn schema_from(
+    v: &Value,
+    id: Option<u32>,
+    url: &str,
+    what: &str,
+) -> Result<(RegisteredSchema, Vec<SchemaReference>), RegistryError> {
     let garbage = |reason: &str| RegistryError::Garbage {
         url: url.to_owned(),
         what: what.to_owned(),
@@ -447,21 +516,32 @@ fn schema_from(v: &Value, id: Option<u32>, url: &str, what: &str) -> Result<Regi
         .ok_or_else(|| garbage("no \"schema\" text"))?;
     let schema_type = SchemaType::parse(v.get("schemaType").and_then(Value::as_str))
         .ok_or_else(|| garbage("an unknown \"schemaType\""))?;
-    if v.get("references")
-        .and_then(Value::as_array)
-        .is_some_and(|r| !r.is_empty())
-    {
-        return Err(garbage("schema references are not supported"));
+    let mut references = Vec::new();
+    match v.get("references") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(refs)) => {
+            if refs.len() > MAX_REFERENCES {
+                return Err(garbage("too many schema references"));
+            }
+            for r in refs {
+                let field = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_owned);
+                let (Some(name), Some(subject), Some(version)) = (
+                    field("name"),
+                    field("subject"),
+                    r.get("version").and_then(Value::as_i64),
+                ) else {
+                    return Err(garbage("a schema reference without name, subject and version"));
+                };
+                references.push(SchemaReference { name, subject, version });
+            }
+        }
+        Some(_) => return Err(garbage("\"references\" is not an array")),
     }
     let id = match id {
         Some(id) => id,
         None => json_id(v).ok_or_else(|| garbage("no \"id\""))?,
     };
-    Ok(RegisteredSchema {
-        id,
-        schema_type,
-        text: text.to_owned(),
-    })
+    Ok((RegisteredSchema::new(id, schema_type, text.to_owned()), references))
 }
 
 #[cfg(test)]
@@ -511,11 +591,11 @@ mod tests {
     #[test]
     fn answers_are_read_into_schemas() {
         let v = serde_json::json!({"schema": "{\"type\":\"string\"}"});
-        let s = schema_from(&v, Some(3), "u", "w").unwrap();
+        let (s, _) = schema_from(&v, Some(3), "u", "w").unwrap();
         assert_eq!((s.id, s.schema_type), (3, SchemaType::Avro));
         let v = serde_json::json!({"schema": "syntax = \"proto3\";", "schemaType": "PROTOBUF", "id": 9});
         assert_eq!(
-            schema_from(&v, None, "u", "w").unwrap().schema_type,
+            schema_from(&v, None, "u", "w").unwrap().0.schema_type,
             SchemaType::Protobuf
         );
         for bad in [
@@ -523,9 +603,21 @@ mod tests {
             serde_json::json!({"schema": 1}),
             serde_json::json!({"schema": "x", "schemaType": "XML"}),
             serde_json::json!({"schema": "x"}),
+            serde_json::json!({"schema": "x", "id": 1, "references": [{"name": "a.proto"}]}),
+            serde_json::json!({"schema": "x", "id": 1, "references": 5}),
         ] {
             assert!(schema_from(&bad, None, "u", "w").is_err(), "{bad}");
         }
+        let v = serde_json::json!({"schema": "x", "id": 1, "references": [
+            {"name": "a.proto", "subject": "a", "version": 2}]});
+        assert_eq!(
+            schema_from(&v, None, "u", "w").unwrap().1,
+            [SchemaReference {
+                name: "a.proto".into(),
+                subject: "a".into(),
+                version: 2
+            }]
+        );
         assert_eq!(
             registry_message(br#"{"error_code":40403,"message":"Schema not found"}"#),
             "Schema not found (error_code 40403)"

@@ -9,7 +9,10 @@ Rust side.
 
 With json-encode / json-decode the same for JSON Schema: the payload is
 the JSON text (Python's json module), the schema registered with
-schemaType JSON, and the decoder checks that the id names a JSON schema.
+schemaType JSON; both sides validate each value with Python's `jsonschema`
+(an independent JSON Schema implementation) against the registry's schema,
+and the decoder checks that the id names a JSON schema. A value that does
+not validate fails the run.
 """
 import io
 import json
@@ -18,6 +21,7 @@ import sys
 import urllib.request
 
 import fastavro
+import jsonschema
 
 HEADERS = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
 
@@ -61,22 +65,32 @@ def json_encode(url, subject, schema_file):
     text = open(schema_file).read()
     body = {"schema": text, "schemaType": "JSON"}
     schema_id = call(f"{url}/subjects/{subject}/versions", "POST", body)["id"]
+    validator = jsonschema.validators.validator_for(json.loads(text))(json.loads(text))
     for line in sys.stdin:
         if line.strip():
-            payload = json.dumps(json.loads(line), separators=(",", ":")).encode()
+            value = json.loads(line)
+            validator.validate(value)
+            payload = json.dumps(value, separators=(",", ":")).encode()
             print((struct.pack(">bI", 0, schema_id) + payload).hex())
 
 
 def json_decode(url):
+    validators = {}
     for line in sys.stdin:
         if not line.strip():
             continue
         raw = bytes.fromhex(line.strip())
         magic, schema_id = struct.unpack(">bI", raw[:5])
         assert magic == 0, f"magic {magic}"
-        kind = call(f"{url}/schemas/ids/{schema_id}").get("schemaType")
-        assert kind == "JSON", f"schema {schema_id} is {kind}"
-        print(json.dumps(json.loads(raw[5:])))
+        if schema_id not in validators:
+            answer = call(f"{url}/schemas/ids/{schema_id}")
+            kind = answer.get("schemaType")
+            assert kind == "JSON", f"schema {schema_id} is {kind}"
+            schema = json.loads(answer["schema"])
+            validators[schema_id] = jsonschema.validators.validator_for(schema)(schema)
+        value = json.loads(raw[5:])
+        validators[schema_id].validate(value)
+        print(json.dumps(value))
 
 
 if __name__ == "__main__":

@@ -13,11 +13,12 @@
 //!   is true, else the subject's latest version. Then each row is encoded
 //!   synchronously; a row that does not fit is refused (the sink counts it).
 //!
-//! Avro ([`avro`]) and JSON Schema ([`json_schema`]) are implemented;
-//! Protobuf is parsed as an option and refused at build with `NotYetAvailable`.
+//! Avro ([`avro`]), Protobuf ([`protobuf`]: the frame's message-index path
+//! picks the message type) and JSON Schema ([`json_schema`]).
 
 pub mod avro;
 pub mod json_schema;
+pub mod protobuf;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::{ConnectorError, Result};
-use crate::schema_registry::{RegistryAuth, RegistryConfig, RegistryError, SchemaRegistryClient, SchemaType};
+use crate::schema_registry::{
+    RegisteredSchema, RegistryAuth, RegistryConfig, RegistryError, SchemaRegistryClient, SchemaType,
+};
 use crate::wire::confluent;
 use crate::wire::secret::Secret;
 
@@ -134,12 +137,6 @@ pub fn parse_options<'a>(
         }
         return Ok(None);
     };
-    if format == ValueFormat::Protobuf {
-        return Err(ConnectorError::NotYetAvailable {
-            what: format!("format='{}'", format.name()),
-            reason: "this build decodes and encodes Avro and JSON Schema; Protobuf is not implemented yet".into(),
-        });
-    }
     let url = match get("schema_registry_url") {
         Some((v, _)) if !v.trim().is_empty() => v.trim().to_owned(),
         _ => {
@@ -244,6 +241,7 @@ fn registry_config_error(e: RegistryError) -> ConnectorError {
 enum Compiled {
     Avro(apache_avro::Schema),
     JsonSchema(jsonschema::Validator),
+    Protobuf(protobuf::ProtoSchema),
 }
 
 impl std::fmt::Debug for Compiled {
@@ -251,11 +249,13 @@ impl std::fmt::Debug for Compiled {
         match self {
             Compiled::Avro(s) => f.debug_tuple("Avro").field(s).finish(),
             Compiled::JsonSchema(_) => f.write_str("JsonSchema"),
+            Compiled::Protobuf(_) => f.write_str("Protobuf"),
         }
     }
 }
 
-fn compile(format: ValueFormat, schema_type: SchemaType, text: &str) -> std::result::Result<Compiled, String> {
+fn compile(format: ValueFormat, schema: &RegisteredSchema) -> std::result::Result<Compiled, String> {
+    let (schema_type, text) = (schema.schema_type, schema.text.as_str());
     if schema_type != format.schema_type() {
         return Err(format!(
             "the registry holds a {} schema, and this operator reads {}",
@@ -266,7 +266,7 @@ fn compile(format: ValueFormat, schema_type: SchemaType, text: &str) -> std::res
     match format {
         ValueFormat::Avro => avro::compile(text).map(Compiled::Avro),
         ValueFormat::JsonSchema => json_schema::compile(text).map(Compiled::JsonSchema),
-        other => Err(format!("{} is not implemented", other.name())),
+        ValueFormat::Protobuf => protobuf::compile(text, &schema.resolved_references).map(Compiled::Protobuf),
     }
 }
 
@@ -318,7 +318,7 @@ impl ValueDecoder {
         for id in ids {
             match self.client.schema_by_id(id).await {
                 Ok(s) => {
-                    let c = compile(self.format, s.schema_type, &s.text).map(Arc::new);
+                    let c = compile(self.format, &s).map(Arc::new);
                     self.compiled.insert(id, c);
                 }
                 Err(e) => {
@@ -344,6 +344,7 @@ impl ValueDecoder {
         match &**compiled {
             Compiled::Avro(s) => avro::decode(s, frame.payload),
             Compiled::JsonSchema(v) => json_schema::decode(v, frame.payload),
+            Compiled::Protobuf(p) => protobuf::decode(p, &frame.message_indexes, frame.payload),
         }
         .map_err(|e| DecodeFailure(format!("schema id {id}: {e}")))
     }
@@ -394,17 +395,18 @@ impl ValueEncoder {
             return Ok(());
         }
         let format = self.options.format;
-        let (id, schema_type, text) = match (&self.options.value_schema, self.options.auto_register) {
+        let schema = match (&self.options.value_schema, self.options.auto_register) {
             (Some(text), true) => {
                 let id = self.client.register(&self.subject, format.schema_type(), text).await?;
-                (id, format.schema_type(), text.clone())
+                self.client
+                    .schema_by_id(id)
+                    .await
+                    .unwrap_or_else(|_| Arc::new(RegisteredSchema::new(id, format.schema_type(), text.clone())))
             }
-            _ => {
-                let s = self.client.latest(&self.subject).await?;
-                (s.id, s.schema_type, s.text.clone())
-            }
+            _ => self.client.latest(&self.subject).await?,
         };
-        let compiled = compile(format, schema_type, &text).map_err(|reason| ConnectorError::InvalidOption {
+        let id = schema.id;
+        let compiled = compile(format, &schema).map_err(|reason| ConnectorError::InvalidOption {
             option: "schema_registry_subject".into(),
             value: self.subject.clone(),
             expected: format!("a subject whose schema (id {id}) this sink can use: {reason}"),
@@ -432,9 +434,11 @@ impl ValueEncoder {
         let payload = match &**compiled {
             Compiled::Avro(s) => avro::encode(s, text)?,
             Compiled::JsonSchema(v) => json_schema::encode(v, text)?,
+            Compiled::Protobuf(p) => protobuf::encode(p, text)?,
         };
-        let mut out = Vec::with_capacity(payload.len() + confluent::HEADER_LEN);
-        confluent::encode(*id, None, &payload, &mut out);
+        let indexes = matches!(&**compiled, Compiled::Protobuf(_)).then_some(&[0][..]);
+        let mut out = Vec::with_capacity(payload.len() + confluent::HEADER_LEN + 1);
+        confluent::encode(*id, indexes, &payload, &mut out);
         Ok(out)
     }
 
