@@ -1019,6 +1019,33 @@ async fn json_schema_round_trips_and_interoperates_both_ways_with_an_independent
     source.open().await.unwrap();
     let got = read_texts(&mut source, 2).await.unwrap();
     assert_eq!(got.iter().map(|g| json(g)).collect::<Vec<_>>(), rows.map(json));
+
+    // An evolved schema (a new optional field) under the same subject: its
+    // records and the peer's version-1 records decode alike.
+    let v2 = ORDER_SCHEMA.replace(
+        r#""qty":{"type":"number","minimum":0}}"#,
+        r#""qty":{"type":"number","minimum":0},"note":{"type":"string"}}"#,
+    );
+    assert_ne!(v2, ORDER_SCHEMA);
+    let mut extra = fmt.to_vec();
+    extra.extend([
+        ("schema_registry_auto_register", "true"),
+        ("schema_registry_value_schema", v2.as_str()),
+    ]);
+    let mut sink = text_sink(&brokers, &t, &extra);
+    sink.open().await.unwrap();
+    let first = unhex(&framed_in[0]);
+    let v1_id = u32::from_be_bytes([first[1], first[2], first[3], first[4]]);
+    assert_ne!(sink.encoder().unwrap().schema_id(), Some(v1_id));
+    sink.on_data(vec![Text::from(r#"{"id":3,"item":"x","note":"v2"}"#.to_owned())])
+        .await
+        .unwrap();
+    sink.on_barrier(1).await.unwrap();
+    sink.close().await.unwrap();
+    assert_eq!(
+        read_texts(&mut source, 1).await.unwrap(),
+        [r#"{"id":3,"item":"x","note":"v2"}"#]
+    );
     let _ = std::fs::remove_file(schema_file);
 }
 
