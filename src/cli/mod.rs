@@ -11,6 +11,8 @@ pub mod backend;
 pub mod consume;
 pub mod copy;
 pub mod exit;
+#[cfg(feature = "failpoints")]
+pub mod fault;
 pub mod logs;
 pub mod produce;
 pub mod progress;
