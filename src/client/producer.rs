@@ -87,6 +87,7 @@ impl std::str::FromStr for Acks {
 
 /// Producer settings. Names follow the Java client's.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ProducerConfig {
     pub acks: Acks,
     /// `enable.idempotence`; needs `acks = all`.
@@ -138,6 +139,88 @@ impl Default for ProducerConfig {
             max_in_flight: 5,
             allow_auto_create_topics: true,
         }
+    }
+}
+
+/// Builder-style setters: each returns the config with one setting
+/// changed (the fields stay public; the config is `#[non_exhaustive]`, so
+/// build it from [`Default`] or its constructor, then these).
+impl ProducerConfig {
+    /// Sets `acks` (see the field).
+    #[must_use]
+    pub fn with_acks(mut self, value: Acks) -> Self {
+        self.acks = value;
+        self
+    }
+
+    /// Sets `idempotent` (see the field).
+    #[must_use]
+    pub fn with_idempotent(mut self, value: bool) -> Self {
+        self.idempotent = value;
+        self
+    }
+
+    /// Sets `compression` (see the field).
+    #[must_use]
+    pub fn with_compression(mut self, value: Compression) -> Self {
+        self.compression = value;
+        self
+    }
+
+    /// Sets `linger` (see the field).
+    #[must_use]
+    pub fn with_linger(mut self, value: Duration) -> Self {
+        self.linger = value;
+        self
+    }
+
+    /// Sets `batch_size`: bytes (see the field).
+    #[must_use]
+    pub fn with_batch_size(mut self, value: usize) -> Self {
+        self.batch_size = value;
+        self
+    }
+
+    /// Sets `buffer_memory`: bytes (see the field).
+    #[must_use]
+    pub fn with_buffer_memory(mut self, value: usize) -> Self {
+        self.buffer_memory = value;
+        self
+    }
+
+    /// Sets `max_record_size`: bytes (see the field).
+    #[must_use]
+    pub fn with_max_record_size(mut self, value: usize) -> Self {
+        self.max_record_size = value;
+        self
+    }
+
+    /// Sets `ack_timeout` (see the field).
+    #[must_use]
+    pub fn with_ack_timeout(mut self, value: Duration) -> Self {
+        self.ack_timeout = value;
+        self
+    }
+
+    /// Sets `delivery_timeout` (see the field).
+    #[must_use]
+    pub fn with_delivery_timeout(mut self, value: Duration) -> Self {
+        self.delivery_timeout = value;
+        self
+    }
+
+    /// Sets `max_in_flight` (see the field).
+    #[must_use]
+    pub fn with_max_in_flight(mut self, value: usize) -> Self {
+        self.max_in_flight = value;
+        self
+    }
+
+    /// Sets `allow_auto_create_topics` (see the field).
+    #[must_use]
+    pub fn with_allow_auto_create_topics(mut self, value: bool) -> Self {
+        self.allow_auto_create_topics = value;
+        self
     }
 }
 
