@@ -90,6 +90,7 @@ pub enum Offset {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ConsumerConfig {
+    /// `isolation.level` (default read_uncommitted, as Java's).
     pub isolation: IsolationLevel,
     /// `fetch.max.wait.ms`.
     pub max_wait: Duration,

@@ -19,6 +19,9 @@
 //! - [`txn_admin`]: DescribeTransactions and ListTransactions (KIP-664).
 //! - [`resolver`]: in-doubt resolution of an orphaned transaction from a [`ResumeHandle`].
 
+// Every public item of the client is documented (issue 16).
+#![deny(missing_docs)]
+
 use std::time::Duration;
 
 use clink_kafka_wire::sasl::SaslMechanism;
@@ -130,7 +133,9 @@ impl std::str::FromStr for SecurityProtocol {
 pub struct SaslConfig {
     /// The one mechanism to use; there is no fallback to another.
     pub mechanism: SaslMechanism,
+    /// The SASL username.
     pub username: String,
+    /// The password (Debug prints `***`).
     pub password: Secret,
 }
 

@@ -89,9 +89,11 @@ impl std::str::FromStr for Acks {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ProducerConfig {
+    /// `acks`: how many replicas must have a record before it counts as delivered (default all).
     pub acks: Acks,
     /// `enable.idempotence`; needs `acks = all`.
     pub idempotent: bool,
+    /// `compression.type` of the batches (default none).
     pub compression: Compression,
     /// `linger.ms`: how long a batch waits for more records.
     pub linger: Duration,
@@ -234,7 +236,9 @@ pub struct ProducerRecord {
     /// An explicit partition; otherwise keyed records hash (murmur2) and
     /// unkeyed ones stick to a partition per batch.
     pub partition: Option<i32>,
+    /// The key (`None`: null).
     pub key: Option<Bytes>,
+    /// The value (`None`: null, a tombstone).
     pub value: Option<Bytes>,
     /// Header keys are strings; values may be null.
     pub headers: Vec<(String, Option<Bytes>)>,
@@ -291,6 +295,7 @@ impl ProducerRecord {
 /// What names a topic in a [`ProducerRecord`]: `&str`, `String`,
 /// `&String`, or (no allocation per record) a clone of an `Arc<str>`.
 pub trait IntoTopic {
+    /// The topic's name as the shared string a record holds.
     fn into_topic(self) -> Arc<str>;
 }
 
@@ -327,7 +332,9 @@ impl IntoTopic for &String {
 /// Where a record landed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeliveryReport {
+    /// The record's topic.
     pub topic: Arc<str>,
+    /// The partition it was written to.
     pub partition: i32,
     /// The record's offset; -1 with `acks = 0` (or for a duplicate the broker
     /// had already written, where older brokers give no offset).
@@ -340,7 +347,9 @@ pub struct DeliveryReport {
 /// The producer id and epoch of an idempotent producer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerIdentity {
+    /// The producer id the broker assigned.
     pub producer_id: i64,
+    /// The epoch of that id.
     pub producer_epoch: i16,
 }
 

@@ -41,13 +41,19 @@ use tokio_rustls::client::TlsStream;
 
 use crate::error::{BrokerRef, Error, Result, TlsFailure};
 
-/// Option names used in errors (librdkafka's names for the same PEM files).
+/// Option names used in errors (librdkafka's names for the same PEM files): the CA.
 pub const OPT_CA: &str = "ssl.ca.location";
+/// The client certificate's option name.
 pub const OPT_CERT: &str = "ssl.certificate.location";
+/// The client key's option name.
 pub const OPT_KEY: &str = "ssl.key.location";
+/// The client key password's option name.
 pub const OPT_KEY_PASSWORD: &str = "ssl.key.password";
+/// The hostname-verification switch's option name.
 pub const OPT_HOSTNAME: &str = "ssl.endpoint.identification.algorithm";
+/// The skip-verification switch's option name.
 pub const OPT_INSECURE: &str = "tls.insecure.skip.verify";
+/// The server-name override's option name.
 pub const OPT_SERVER_NAME: &str = "tls.server.name";
 
 /// TLS settings. All empty by default: the broker is verified against the

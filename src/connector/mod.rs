@@ -47,6 +47,7 @@ pub mod format;
 pub mod fuzzing;
 pub mod options;
 #[cfg(feature = "rdkafka")]
+#[allow(unsafe_code)] // librdkafka FFI; every block carries its safety argument
 pub mod rdkafka;
 pub mod record;
 pub mod registry;
