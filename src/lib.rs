@@ -10,6 +10,11 @@
 //!   scrape endpoint.
 //! - [`wire`]: the sans-IO protocol crate the client is built on.
 
+// No unsafe code; the one exception is the optional librdkafka backend's
+// FFI (`connector::rdkafka`, feature `rdkafka`), each block with its proof.
+#![cfg_attr(not(feature = "rdkafka"), forbid(unsafe_code))]
+#![cfg_attr(feature = "rdkafka", deny(unsafe_code))]
+
 pub mod client;
 pub mod connector;
 pub mod error;

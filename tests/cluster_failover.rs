@@ -33,12 +33,10 @@ async fn idempotent_producer_loses_and_duplicates_nothing_when_leaders_are_kille
     let producer = Arc::new(
         Producer::new(
             cluster.clone(),
-            ProducerConfig {
-                acks: clink_kafka::client::Acks::All,
-                idempotent: true,
-                batch_size: 16 * 1024,
-                ..ProducerConfig::default()
-            },
+            ProducerConfig::default()
+                .with_acks(clink_kafka::client::Acks::All)
+                .with_idempotent(true)
+                .with_batch_size(16 * 1024),
         )
         .await
         .expect("producer"),
@@ -117,10 +115,7 @@ async fn read_committed_consumer_sees_every_committed_record_once_while_leaders_
         tokio::spawn(async move {
             let mut consumer = Consumer::new(
                 cluster,
-                ConsumerConfig {
-                    isolation: IsolationLevel::ReadCommitted,
-                    ..ConsumerConfig::default()
-                },
+                ConsumerConfig::default().with_isolation(IsolationLevel::ReadCommitted),
             );
             let assignment: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (topic.as_str(), p)).collect();
             consumer.assign(&assignment);
@@ -158,7 +153,7 @@ async fn read_committed_consumer_sees_every_committed_record_once_while_leaders_
     let writer = {
         let (cluster, topic, stop) = (cluster.clone(), topic.clone(), stop.clone());
         tokio::spawn(async move {
-            let producer = TransactionalProducer::init(
+            let mut producer = TransactionalProducer::init(
                 cluster,
                 ProducerConfig::default(),
                 TxnConfig::new(common::unique_topic("cluster-rc-txn")),
@@ -169,23 +164,20 @@ async fn read_committed_consumer_sees_every_committed_record_once_while_leaders_
             let mut txn = 0usize;
             while txn < 20 || !stop.load(Ordering::Acquire) {
                 let abort = txn % 3 == 2;
-                producer.begin().expect("begin");
+                let t = producer.begin().await.expect("begin");
                 for i in 0..60 {
                     let value = format!("{}-{txn}-{i}", if abort { "aborted" } else { "committed" });
                     let record = ProducerRecord::new(topic.as_str(), value).with_partition(i % PARTITIONS);
-                    producer
-                        .send(record)
+                    t.send(record)
                         .await
                         .unwrap_or_else(|e| panic!("send in transaction {txn}: {e}"));
                 }
                 if abort {
-                    producer
-                        .abort()
+                    t.abort()
                         .await
                         .unwrap_or_else(|e| panic!("abort of transaction {txn}: {e}"));
                 } else {
-                    producer
-                        .commit()
+                    t.commit()
                         .await
                         .unwrap_or_else(|e| panic!("commit of transaction {txn}: {e}"));
                     committed += 60;
@@ -269,11 +261,9 @@ async fn not_enough_replicas_is_retried_until_the_brokers_return() {
         .expect("producer");
     let short = Producer::new(
         cluster.clone(),
-        ProducerConfig {
-            delivery_timeout: Duration::from_secs(8),
-            ack_timeout: Duration::from_secs(4),
-            ..ProducerConfig::default()
-        },
+        ProducerConfig::default()
+            .with_delivery_timeout(Duration::from_secs(8))
+            .with_ack_timeout(Duration::from_secs(4)),
     )
     .await
     .expect("producer with a short delivery timeout");

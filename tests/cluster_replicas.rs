@@ -64,11 +64,7 @@ async fn poll_values(consumer: &mut Consumer, want: usize) -> Vec<String> {
 
 /// acks=1, not idempotent: writes the leader alone takes.
 async fn leader_only_producer(cluster: &clink_kafka::client::Cluster) -> Producer {
-    let config = ProducerConfig {
-        acks: Acks::Leader,
-        idempotent: false,
-        ..ProducerConfig::default()
-    };
+    let config = ProducerConfig::default().with_acks(Acks::Leader).with_idempotent(false);
     Producer::new(cluster.clone(), config).await.expect("producer")
 }
 
@@ -94,12 +90,10 @@ async fn a_rack_aware_consumer_fetches_from_the_follower_in_its_rack_and_falls_b
 
     let mut consumer = Consumer::new(
         cluster.clone(),
-        ConsumerConfig {
-            client_rack: Some(format!("rack-{follower}")),
+        ConsumerConfig::default()
+            .with_client_rack(format!("rack-{follower}"))
             // Small answers: many fetches, each counted.
-            partition_max_bytes: 16 * 1024,
-            ..ConsumerConfig::default()
-        },
+            .with_partition_max_bytes(16 * 1024),
     );
     consumer.assign(&[(topic.as_str(), 0)]);
     consumer.seek(&topic, 0, Offset::Earliest).await.expect("seek");
@@ -206,15 +200,8 @@ async fn a_log_truncated_by_an_unclean_election_is_detected_never_silently_rerea
 
     // Two consumers read all 150 from the leader: one with a reset policy,
     // one without.
-    let consumer = |reset: Option<Offset>| {
-        Consumer::new(
-            cluster.clone(),
-            ConsumerConfig {
-                auto_offset_reset: reset,
-                ..ConsumerConfig::default()
-            },
-        )
-    };
+    let consumer =
+        |reset: Option<Offset>| Consumer::new(cluster.clone(), ConsumerConfig::default().with_auto_offset_reset(reset));
     let mut resetting = consumer(Some(Offset::Earliest));
     let mut strict = consumer(None);
     for c in [&mut resetting, &mut strict] {
@@ -333,10 +320,7 @@ async fn a_network_partition_from_one_broker_loses_and_duplicates_nothing() {
     let producer = Arc::new(
         Producer::new(
             cluster.clone(),
-            ProducerConfig {
-                delivery_timeout: Duration::from_secs(120),
-                ..ProducerConfig::default()
-            },
+            ProducerConfig::default().with_delivery_timeout(Duration::from_secs(120)),
         )
         .await
         .expect("producer"),

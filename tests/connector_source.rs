@@ -8,7 +8,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{Admin, GroupOffsets, NewTopic};
+use clink_kafka::client::{Admin, GroupOffsets, NewTopic, TopicPartitionOffset};
 use clink_kafka::connector::backend::{ConsumerBackend, Watermark};
 use clink_kafka::connector::options::{parse_source, AutoOffsetReset, FactoryKind, SourceOptions};
 use clink_kafka::connector::selected::{self, SelectedConsumer};
@@ -255,7 +255,10 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
     // the source itself never commits.
     let group = common::unique_topic("g-stored");
     let offsets = GroupOffsets::new(cluster.clone(), &group).unwrap();
-    offsets.commit(&[(topic.as_str(), 0, 2, None)]).await.unwrap();
+    offsets
+        .commit(&[TopicPartitionOffset::new(topic.as_str(), 0, 2)])
+        .await
+        .unwrap();
     let mut s = source(
         &brokers,
         &topic,
@@ -625,7 +628,7 @@ async fn sources_read_committed_by_default_and_read_uncommitted_opts_out() {
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
     let plain = |v: &str| vec![v.to_owned()];
     common::connector::produce_values(&cluster, &topic, Some(0), &plain("committed-1")).await;
-    let txn = TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(&topic))
+    let mut producer = TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(&topic))
         .await
         .unwrap();
     let send = |v: &'static str| {
@@ -633,12 +636,12 @@ async fn sources_read_committed_by_default_and_read_uncommitted_opts_out() {
         r.partition = Some(0);
         r
     };
-    txn.begin().unwrap();
+    let txn = producer.begin().await.unwrap();
     txn.send(send("aborted")).await.unwrap();
     txn.flush(Duration::from_secs(30)).await.unwrap();
     txn.abort().await.unwrap();
     common::connector::produce_values(&cluster, &topic, Some(0), &plain("committed-2")).await;
-    txn.begin().unwrap();
+    let txn = producer.begin().await.unwrap();
     txn.send(send("open")).await.unwrap();
     txn.flush(Duration::from_secs(30)).await.unwrap();
     common::connector::produce_values(&cluster, &topic, Some(0), &plain("after-open")).await;

@@ -29,13 +29,11 @@ async fn fixture(cluster: &Cluster, prefix: &str) -> String {
     common::create_topic(cluster, NewTopic::new(&topic, PARTITIONS, 1)).await;
     let producer = Producer::new(
         cluster.clone(),
-        ProducerConfig {
-            compression: Compression::Lz4,
+        ProducerConfig::default()
+            .with_compression(Compression::Lz4)
             // Small batches, so a small fetch holds few records and the
             // consumer has to fetch often.
-            batch_size: 2 * 1024,
-            ..ProducerConfig::default()
-        },
+            .with_batch_size(2 * 1024),
     )
     .await
     .unwrap();
@@ -103,12 +101,10 @@ async fn dropped_polls_lose_and_repeat_nothing() {
     let total = PARTITIONS as usize * PER_PARTITION;
     let mut consumer = Consumer::new(
         cluster.clone(),
-        ConsumerConfig {
-            max_poll_records: 37,
-            max_poll_bytes: 4000,
-            partition_max_bytes: 1024,
-            ..ConsumerConfig::default()
-        },
+        ConsumerConfig::default()
+            .with_max_poll_records(37)
+            .with_max_poll_bytes(4000)
+            .with_partition_max_bytes(1024),
     );
     consumer.assign_topic(&topic).await.unwrap();
     consumer.seek_all(Offset::Earliest).await.unwrap();
@@ -230,12 +226,10 @@ async fn incremental_fetch_sessions_are_used_and_stay_correct() {
     let total = PARTITIONS as usize * PER_PARTITION;
     let mut consumer = Consumer::new(
         cluster.clone(),
-        ConsumerConfig {
+        ConsumerConfig::default()
             // Small fetches: many requests in one session.
-            partition_max_bytes: 1024,
-            max_poll_records: 100,
-            ..ConsumerConfig::default()
-        },
+            .with_partition_max_bytes(1024)
+            .with_max_poll_records(100),
     );
     consumer.assign_topic(&topic).await.unwrap();
     consumer.seek_all(Offset::Earliest).await.unwrap();

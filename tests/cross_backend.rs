@@ -217,7 +217,7 @@ async fn the_rdkafka_source_under_read_committed_reads_exactly_what_native_trans
         let cluster = common::cluster(common::config(&brokers)).await;
         let topic = common::unique_topic("xb-native-txn");
         common::create_topic(&cluster, NewTopic::new(&topic, 2, 1)).await;
-        let producer = TransactionalProducer::init(
+        let mut producer = TransactionalProducer::init(
             cluster.clone(),
             ProducerConfig::default(),
             TxnConfig::new(format!("{topic}-txn")),
@@ -226,20 +226,20 @@ async fn the_rdkafka_source_under_read_committed_reads_exactly_what_native_trans
         .unwrap();
         let mut want = Vec::new();
         for (i, commit) in [true, false, true, false, true].into_iter().enumerate() {
-            producer.begin().unwrap();
+            let t = producer.begin().await.unwrap();
             for v in values(&format!("t{i}"), 40) {
                 let mut r = ProducerRecord::new(&topic, v.clone());
                 r.partition = Some((v.len() % 2) as i32);
-                producer.send(r).await.unwrap();
+                t.send(r).await.unwrap();
                 if commit {
                     want.push(v);
                 }
             }
-            producer.flush(T).await.unwrap();
+            t.flush(T).await.unwrap();
             if commit {
-                producer.commit().await.unwrap();
+                t.commit().await.unwrap();
             } else {
-                producer.abort().await.unwrap();
+                t.abort().await.unwrap();
             }
         }
         producer.close().await.unwrap();
@@ -710,10 +710,7 @@ async fn gzip_and_zstd_batches_cross_backends_both_ways() {
         let topic = common::unique_topic(&format!("xb-{name}-native"));
         common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
         let want = values(&format!("{name}-native"), N);
-        let config = ProducerConfig {
-            compression: codec,
-            ..ProducerConfig::default()
-        };
+        let config = ProducerConfig::default().with_compression(codec);
         let producer = Producer::new(cluster.clone(), config).await.unwrap();
         for v in &want {
             producer.send(ProducerRecord::new(&topic, v.clone())).await.unwrap();

@@ -41,15 +41,13 @@ async fn idempotent_producer_survives_cut_connections_without_duplicates_or_reor
     let through_proxy = common::cluster(config).await;
     let producer = Producer::new(
         through_proxy.clone(),
-        ProducerConfig {
+        ProducerConfig::default()
             // acks=all and idempotence are the defaults; say so.
-            acks: clink_kafka::client::Acks::All,
-            idempotent: true,
-            batch_size: 16 * 1024,
-            linger: Duration::from_millis(2),
-            delivery_timeout: Duration::from_secs(120),
-            ..ProducerConfig::default()
-        },
+            .with_acks(clink_kafka::client::Acks::All)
+            .with_idempotent(true)
+            .with_batch_size(16 * 1024)
+            .with_linger(Duration::from_millis(2))
+            .with_delivery_timeout(Duration::from_secs(120)),
     )
     .await
     .expect("producer through the proxy");

@@ -22,15 +22,9 @@ async fn polls_are_bounded_by_the_fetch_limits_and_big_records_still_arrive() {
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
     // One record per batch (batch.size below one record), so the broker's
     // whole-batch granularity is one record.
-    let producer = Producer::new(
-        cluster.clone(),
-        ProducerConfig {
-            batch_size: 1024,
-            ..ProducerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let producer = Producer::new(cluster.clone(), ProducerConfig::default().with_batch_size(1024))
+        .await
+        .unwrap();
     let mut acks = Vec::new();
     for i in 0..RECORDS {
         // Record 60 is bigger than every limit below.
@@ -55,11 +49,9 @@ async fn polls_are_bounded_by_the_fetch_limits_and_big_records_still_arrive() {
     let partition_max_bytes = 24 * 1024;
     let mut consumer = Consumer::new(
         cluster.clone(),
-        ConsumerConfig {
-            partition_max_bytes,
-            max_bytes: 32 * 1024,
-            ..ConsumerConfig::default()
-        },
+        ConsumerConfig::default()
+            .with_partition_max_bytes(partition_max_bytes)
+            .with_max_bytes(32 * 1024),
     );
     consumer.assign(&[(topic.as_str(), 0)]);
     consumer.seek(&topic, 0, Offset::Earliest).await.unwrap();
@@ -95,7 +87,7 @@ async fn polls_are_bounded_by_the_fetch_limits_and_big_records_still_arrive() {
         } else {
             // Whole batches up to the partition limit, the first one always.
             assert!(
-                bytes <= partition_max_bytes as usize + VALUE,
+                bytes <= partition_max_bytes + VALUE,
                 "one poll brought {bytes} bytes ({} records) past partition_max_bytes={partition_max_bytes}",
                 batch.len()
             );

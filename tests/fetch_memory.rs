@@ -135,13 +135,11 @@ async fn consume_all(codec: Compression, inflate_cap: usize, max_poll_bytes: usi
     let cluster = fetch_peer::start(TOPIC, 1, answer).await;
     let mut consumer = Consumer::new(
         cluster,
-        ConsumerConfig {
-            max_wait: Duration::from_millis(20),
-            max_poll_records: 2000,
-            max_poll_bytes,
-            max_batch_inflate: inflate_cap,
-            ..ConsumerConfig::default()
-        },
+        ConsumerConfig::default()
+            .with_max_wait(Duration::from_millis(20))
+            .with_max_poll_records(2000)
+            .with_max_poll_bytes(max_poll_bytes)
+            .with_max_batch_inflate(inflate_cap),
     );
     consumer.assign(&[(TOPIC, 0)]);
     consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();

@@ -116,11 +116,9 @@ async fn answers_naming_what_was_not_asked_are_ignored_and_records_arrive_once()
     let cluster = fetch_peer::start(TOPIC, 2, answer).await;
     let mut consumer = Consumer::new(
         cluster,
-        ConsumerConfig {
-            max_wait: Duration::from_millis(20),
-            max_poll_records: 7,
-            ..ConsumerConfig::default()
-        },
+        ConsumerConfig::default()
+            .with_max_wait(Duration::from_millis(20))
+            .with_max_poll_records(7),
     );
     consumer.assign_topic(TOPIC).await.unwrap();
     consumer.seek_all(Offset::Earliest).await.unwrap();
@@ -172,10 +170,7 @@ async fn a_broker_answering_nothing_at_once_is_not_spun_on() {
     let cluster = fetch_peer::start(TOPIC, 1, answer).await;
     let mut consumer = Consumer::new(
         cluster,
-        ConsumerConfig {
-            max_wait: Duration::from_millis(100),
-            ..ConsumerConfig::default()
-        },
+        ConsumerConfig::default().with_max_wait(Duration::from_millis(100)),
     );
     consumer.assign(&[(TOPIC, 0)]);
     consumer.seek(TOPIC, 0, Offset::At(LOG_LEN)).await.unwrap();
@@ -216,11 +211,9 @@ async fn broker_throttling_is_honoured_up_to_the_cap() {
         let cluster = fetch_peer::start(TOPIC, 1, answer).await;
         let mut consumer = Consumer::new(
             cluster,
-            ConsumerConfig {
-                max_wait: Duration::from_millis(10),
-                max_throttle,
-                ..ConsumerConfig::default()
-            },
+            ConsumerConfig::default()
+                .with_max_wait(Duration::from_millis(10))
+                .with_max_throttle(max_throttle),
         );
         consumer.assign(&[(TOPIC, 0)]);
         consumer.seek(TOPIC, 0, Offset::At(LOG_LEN)).await.unwrap();
@@ -368,10 +361,7 @@ async fn session_errors_mid_stream_fall_back_to_a_full_fetch_and_a_new_session()
     let cluster = fetch_peer::start(TOPIC, 2, answer).await;
     let mut consumer = Consumer::new(
         cluster,
-        ConsumerConfig {
-            max_wait: Duration::from_millis(20),
-            ..ConsumerConfig::default()
-        },
+        ConsumerConfig::default().with_max_wait(Duration::from_millis(20)),
     );
     consumer.assign_topic(TOPIC).await.unwrap();
     consumer.seek_all(Offset::Earliest).await.unwrap();
@@ -484,10 +474,7 @@ async fn stale_leadership_errors_refresh_metadata_and_the_fetch_resumes() {
         let (cluster, metadata) = fetch_peer::start_counting(TOPIC, 1, answer).await;
         let mut consumer = Consumer::new(
             cluster,
-            ConsumerConfig {
-                max_wait: Duration::from_millis(20),
-                ..ConsumerConfig::default()
-            },
+            ConsumerConfig::default().with_max_wait(Duration::from_millis(20)),
         );
         consumer.assign(&[(TOPIC, 0)]);
         consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();

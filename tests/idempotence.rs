@@ -16,11 +16,9 @@ async fn producer_id_and_increasing_sequences() {
     common::create_topic(&cluster, NewTopic::new(&topic, 2, 1)).await;
     let producer = Producer::new(
         cluster.clone(),
-        ProducerConfig {
+        ProducerConfig::default()
             // Small batches, so sequences span several batches.
-            batch_size: 1024,
-            ..ProducerConfig::default()
-        },
+            .with_batch_size(1024),
     )
     .await
     .unwrap();

@@ -27,13 +27,11 @@ async fn max_outstanding_with(brokers: &str, topic: &str, max_in_flight: usize) 
     let cluster = common::cluster(common::config(&proxy.addr.to_string())).await;
     let producer = Producer::new(
         cluster,
-        ProducerConfig {
-            max_in_flight,
+        ProducerConfig::default()
+            .with_max_in_flight(max_in_flight)
             // Small batches, so every partition always has one ready.
-            batch_size: 2048,
-            linger: Duration::from_millis(1),
-            ..ProducerConfig::default()
-        },
+            .with_batch_size(2048)
+            .with_linger(Duration::from_millis(1)),
     )
     .await
     .expect("producer through the proxy");
@@ -76,15 +74,9 @@ async fn max_in_flight_out_of_range_is_a_named_config_error() {
     let Some(brokers) = common::brokers() else { return };
     let cluster = common::cluster(common::config(&brokers)).await;
     for bad in [0, 6] {
-        let e = Producer::new(
-            cluster.clone(),
-            ProducerConfig {
-                max_in_flight: bad,
-                ..ProducerConfig::default()
-            },
-        )
-        .await
-        .unwrap_err();
+        let e = Producer::new(cluster.clone(), ProducerConfig::default().with_max_in_flight(bad))
+            .await
+            .unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("max.in.flight.requests.per.connection") && text.contains("between 1 and 5"),

@@ -60,11 +60,9 @@ async fn topic(cluster: &Cluster, prefix: &str, codec: &str) -> String {
 }
 
 async fn produce_ours(cluster: &Cluster, topic: &str, codec: &str, recs: &[Rec]) {
-    let config = ProducerConfig {
-        compression: codec.parse().unwrap(),
-        linger: Duration::from_millis(20),
-        ..ProducerConfig::default()
-    };
+    let config = ProducerConfig::default()
+        .with_compression(codec.parse().unwrap())
+        .with_linger(Duration::from_millis(20));
     let producer = Producer::new(cluster.clone(), config).await.expect("producer");
     let mut acks = Vec::new();
     for r in recs {

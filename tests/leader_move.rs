@@ -315,15 +315,9 @@ async fn consumer_follows_the_leader_to_another_broker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_follows_the_leader_and_keeps_its_sequence() {
     let (cluster, state) = start(2).await;
-    let producer = Producer::new(
-        cluster,
-        ProducerConfig {
-            linger: Duration::ZERO,
-            ..ProducerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let producer = Producer::new(cluster, ProducerConfig::default().with_linger(Duration::ZERO))
+        .await
+        .unwrap();
     let mut offsets = Vec::new();
     for i in 0..5 {
         let f = producer

@@ -44,7 +44,8 @@ mod mock;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    Producer, ProducerConfig, ProducerRecord, TransactionVersion, TransactionalProducer, TxnConfig,
+    Producer, ProducerConfig, ProducerRecord, TopicPartitionOffset, TransactionVersion, TransactionalProducer,
+    TxnConfig,
 };
 use mock::{assert_exactly_once, native_cluster, native_read_all, rdkafka_read_all, Mock, BOUND};
 use rdkafka::types::RDKafkaApiKey as Api;
@@ -71,12 +72,10 @@ async fn native_produce(producer: &Producer, topic: &str, values: &[String]) {
 }
 
 fn producer_config() -> ProducerConfig {
-    ProducerConfig {
-        linger: Duration::from_millis(2),
-        delivery_timeout: Duration::from_secs(25),
-        ack_timeout: Duration::from_secs(5),
-        ..ProducerConfig::default()
-    }
+    ProducerConfig::default()
+        .with_linger(Duration::from_millis(2))
+        .with_delivery_timeout(Duration::from_secs(25))
+        .with_ack_timeout(Duration::from_secs(5))
 }
 
 async fn native_producer(mock: &Mock) -> Producer {
@@ -113,15 +112,9 @@ async fn native_idempotent_producer_sequences() {
     let mock = Mock::new(1);
     let topic = mock.topic("mock-idem", 1);
     let cluster = native_cluster(mock.client_config()).await;
-    let producer = Producer::new(
-        cluster.clone(),
-        ProducerConfig {
-            batch_size: 512,
-            ..producer_config()
-        },
-    )
-    .await
-    .unwrap();
+    let producer = Producer::new(cluster.clone(), producer_config().with_batch_size(512))
+        .await
+        .unwrap();
     let identity = producer.identity().expect("idempotent by default");
     assert!(
         identity.producer_id >= 0 && identity.producer_epoch >= 0,
@@ -169,23 +162,23 @@ async fn native_transactions_commit_abort_and_offsets() {
         "the mock finalizes no transaction.version feature"
     );
     let tid = common::unique_topic("mock-tid");
-    let txn = TransactionalProducer::init(cluster.clone(), producer_config(), TxnConfig::new(&tid))
+    let mut txn = TransactionalProducer::init(cluster.clone(), producer_config(), TxnConfig::new(&tid))
         .await
         .expect("InitProducerId through the mock's coordinator");
     assert_eq!(txn.transaction_version(), TransactionVersion::V1);
     let first = txn.identity();
 
     // Committed, with consumed offsets in the transaction.
-    txn.begin().unwrap();
+    let mut t = txn.begin().await.unwrap();
     let committed = values("commit", 20);
     let mut deliveries = Vec::new();
     for v in &committed {
-        deliveries.push(txn.send(ProducerRecord::new(&topic, v.clone())).await.unwrap());
+        deliveries.push(t.send(ProducerRecord::new(&topic, v.clone())).await.unwrap());
     }
-    txn.send_offsets_to_transaction("mock-group", &[(topic.as_str(), 0, 5)])
+    t.send_offsets("mock-group", &[TopicPartitionOffset::new(topic.as_str(), 0, 5)])
         .await
         .expect("AddOffsetsToTxn + TxnOffsetCommit");
-    tokio::time::timeout(BOUND, txn.commit())
+    tokio::time::timeout(BOUND, t.commit())
         .await
         .expect("commit bounded")
         .expect("commit");
@@ -193,14 +186,14 @@ async fn native_transactions_commit_abort_and_offsets() {
         d.await.expect("delivered in the transaction");
     }
     // Aborted.
-    txn.begin().unwrap();
+    let t = txn.begin().await.unwrap();
     let aborted = values("abort", 5);
     for v in &aborted {
-        txn.send(ProducerRecord::new(&topic, v.clone()).with_partition(1))
+        t.send(ProducerRecord::new(&topic, v.clone()).with_partition(1))
             .await
             .unwrap();
     }
-    tokio::time::timeout(BOUND, txn.abort())
+    tokio::time::timeout(BOUND, t.abort())
         .await
         .expect("abort bounded")
         .expect("abort");
@@ -294,14 +287,14 @@ async fn produce_connection_cut_resends_the_same_sequence() {
 
     // Transactional: the mock checks sequences, so exactly once.
     let topic = mock.topic("mock-produce-cut-txn", 1);
-    let txn = TransactionalProducer::init(
+    let mut txn = TransactionalProducer::init(
         cluster.clone(),
         producer_config(),
         TxnConfig::new(common::unique_topic("mock-cut-tid")),
     )
     .await
     .unwrap();
-    txn.begin().unwrap();
+    let t = txn.begin().await.unwrap();
     mock.inject(
         Api::Produce,
         &[E::RD_KAFKA_RESP_ERR__TRANSPORT, E::RD_KAFKA_RESP_ERR__TRANSPORT],
@@ -309,9 +302,9 @@ async fn produce_connection_cut_resends_the_same_sequence() {
     let sent = values("cut-txn", 40);
     let mut deliveries = Vec::new();
     for v in &sent {
-        deliveries.push(txn.send(ProducerRecord::new(&topic, v.clone())).await.unwrap());
+        deliveries.push(t.send(ProducerRecord::new(&topic, v.clone())).await.unwrap());
     }
-    tokio::time::timeout(BOUND, txn.commit())
+    tokio::time::timeout(BOUND, t.commit())
         .await
         .expect("bounded")
         .expect("commit after the cuts");
@@ -444,10 +437,7 @@ async fn metadata_topic_errors_retry_or_name_the_api() {
 async fn coordinator_and_init_errors_retry_or_name_the_api() {
     let mock = Mock::new(3);
     let cluster = native_cluster(mock.client_config()).await;
-    let config = || TxnConfig {
-        max_block: Duration::from_secs(10),
-        ..TxnConfig::new(common::unique_topic("mock-tid"))
-    };
+    let config = || TxnConfig::new(common::unique_topic("mock-tid")).with_max_block(Duration::from_secs(10));
     mock.inject(
         Api::FindCoordinator,
         &[
@@ -525,13 +515,10 @@ async fn transaction_request_errors_retry_or_name_the_api() {
     let mock = Mock::new(3);
     let topic = mock.topic("mock-txn-err", 2);
     let cluster = native_cluster(mock.client_config()).await;
-    let txn = TransactionalProducer::init(
+    let mut txn = TransactionalProducer::init(
         cluster.clone(),
         producer_config(),
-        TxnConfig {
-            max_block: Duration::from_secs(10),
-            ..TxnConfig::new(common::unique_topic("mock-tid"))
-        },
+        TxnConfig::new(common::unique_topic("mock-tid")).with_max_block(Duration::from_secs(10)),
     )
     .await
     .unwrap();
@@ -551,12 +538,12 @@ async fn transaction_request_errors_retry_or_name_the_api() {
             E::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
         ],
     );
-    txn.begin().unwrap();
+    let t = txn.begin().await.unwrap();
     let sent = values("txn-retry", 30);
     for v in &sent {
-        txn.send(ProducerRecord::new(&topic, v.clone())).await.unwrap();
+        t.send(ProducerRecord::new(&topic, v.clone())).await.unwrap();
     }
-    tokio::time::timeout(BOUND, txn.commit())
+    tokio::time::timeout(BOUND, t.commit())
         .await
         .expect("bounded")
         .expect("commit after retries");
@@ -564,16 +551,16 @@ async fn transaction_request_errors_retry_or_name_the_api() {
     assert_exactly_once(&got, &sent);
 
     mock.inject(Api::EndTxn, &[E::RD_KAFKA_RESP_ERR_PRODUCER_FENCED]);
-    txn.begin().unwrap();
-    txn.send(ProducerRecord::new(&topic, "fenced")).await.unwrap();
-    let err = tokio::time::timeout(BOUND, txn.commit())
+    let t = txn.begin().await.unwrap();
+    t.send(ProducerRecord::new(&topic, "fenced")).await.unwrap();
+    let err = tokio::time::timeout(BOUND, t.commit())
         .await
         .expect("bounded")
         .expect_err("PRODUCER_FENCED is fatal");
     let text = err.to_string();
     assert!(text.contains("EndTxn") && text.contains("PRODUCER_FENCED"), "{text}");
     // Sticky: no new transaction after a fence.
-    assert!(txn.begin().is_err(), "begin after a fence must fail");
+    assert!(txn.begin().await.is_err(), "begin after a fence must fail");
 }
 
 // ---------------------------------------------------------------------------

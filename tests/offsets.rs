@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    CommittedOffset, Consumer, ConsumerConfig, GroupOffsets, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord,
+    CommittedOffset, Consumer, ConsumerConfig, GroupOffsets, NewTopic, Offset, Producer, ProducerConfig,
+    ProducerRecord, TopicPartitionOffset,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,7 +73,10 @@ async fn group_offsets_commit_and_fetch() {
     assert!(fetched.values().all(Option::is_none), "{fetched:?}");
 
     group
-        .commit(&[(&topic, 0, 17, Some("checkpoint-1")), (&topic, 2, 4, None)])
+        .commit(&[
+            TopicPartitionOffset::new(&topic, 0, 17).with_metadata("checkpoint-1"),
+            TopicPartitionOffset::new(&topic, 2, 4),
+        ])
         .await
         .unwrap();
     let fetched = group
@@ -93,7 +97,7 @@ async fn group_offsets_commit_and_fetch() {
     );
 
     // A later commit replaces the earlier one; other partitions keep theirs.
-    group.commit(&[(&topic, 0, 40, None)]).await.unwrap();
+    group.commit(&[TopicPartitionOffset::new(&topic, 0, 40)]).await.unwrap();
     let fetched = group.fetch(&[(&topic, 0), (&topic, 2)], false).await.unwrap();
     assert_eq!(fetched[&(topic.clone(), 0)].as_ref().map(|c| c.offset), Some(40));
     assert_eq!(fetched[&(topic.clone(), 2)].as_ref().map(|c| c.offset), Some(4));

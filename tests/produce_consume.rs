@@ -29,10 +29,7 @@ async fn every_record_field_round_trips() {
     .await;
     let producer = Producer::new(
         cluster.clone(),
-        ProducerConfig {
-            max_record_size: 2 * ONE_MIB,
-            ..ProducerConfig::default()
-        },
+        ProducerConfig::default().with_max_record_size(2 * ONE_MIB),
     )
     .await
     .unwrap();
@@ -134,11 +131,9 @@ async fn each_compression_codec_round_trips() {
     for (p, codec) in Compression::ALL.into_iter().enumerate() {
         let producer = Producer::new(
             cluster.clone(),
-            ProducerConfig {
-                compression: codec,
-                linger: Duration::from_millis(20),
-                ..ProducerConfig::default()
-            },
+            ProducerConfig::default()
+                .with_compression(codec)
+                .with_linger(Duration::from_millis(20)),
         )
         .await
         .unwrap();
@@ -156,10 +151,7 @@ async fn each_compression_codec_round_trips() {
         }
         let got = common::consume_exactly(
             &cluster,
-            ConsumerConfig {
-                isolation: IsolationLevel::ReadCommitted,
-                ..ConsumerConfig::default()
-            },
+            ConsumerConfig::default().with_isolation(IsolationLevel::ReadCommitted),
             &topic,
             p as i32,
             Offset::Earliest,
@@ -184,11 +176,7 @@ async fn acks_one_and_zero_deliver() {
     for (p, acks) in [(0, Acks::Leader), (1, Acks::None)] {
         let producer = Producer::new(
             cluster.clone(),
-            ProducerConfig {
-                acks,
-                idempotent: false,
-                ..ProducerConfig::default()
-            },
+            ProducerConfig::default().with_acks(acks).with_idempotent(false),
         )
         .await
         .unwrap();
@@ -217,14 +205,8 @@ async fn acks_one_and_zero_deliver() {
         );
     }
     // The idempotent producer refuses acks != all.
-    let err = Producer::new(
-        cluster.clone(),
-        ProducerConfig {
-            acks: Acks::Leader,
-            ..ProducerConfig::default()
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = Producer::new(cluster.clone(), ProducerConfig::default().with_acks(Acks::Leader))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("acks"), "{err}");
 }

@@ -70,13 +70,11 @@ async fn one_record_per_partition(producer: &Producer) -> Vec<clink_kafka::Resul
 }
 
 fn plain() -> ProducerConfig {
-    ProducerConfig {
-        idempotent: false,
-        acks: Acks::Leader,
+    ProducerConfig::default()
+        .with_idempotent(false)
+        .with_acks(Acks::Leader)
         // Long enough that the three records are sealed together by the flush.
-        linger: Duration::from_secs(5),
-        ..ProducerConfig::default()
-    }
+        .with_linger(Duration::from_secs(5))
 }
 
 fn protocol_message(e: &Error) -> String {
@@ -144,10 +142,7 @@ async fn an_idempotent_producer_fails_on_an_answer_it_cannot_trust() {
     // producer's sticky error, whose cause is the bad answer.
     let script = |_: &ProduceRequest| answer(vec![(TOPIC, vec![entry(0, 0, 0)])]);
     let broker = broker::start(3, ProduceMode::Answer(Arc::new(script)), false).await;
-    let config = ProducerConfig {
-        linger: Duration::from_secs(5),
-        ..ProducerConfig::default()
-    };
+    let config = ProducerConfig::default().with_linger(Duration::from_secs(5));
     let producer = Producer::new(cluster(&broker.addr).await, config).await.unwrap();
     // One batch at a time per partition until its first answer: p0 and p1.
     let a = producer

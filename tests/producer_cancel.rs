@@ -43,12 +43,10 @@ async fn a_dropped_send_queues_nothing_and_a_completed_one_is_delivered_once() {
     // those waits as well as before and after them.
     let producer = Producer::new(
         cluster.clone(),
-        ProducerConfig {
-            buffer_memory: 32 * 1024,
-            batch_size: 4 * 1024,
-            linger: Duration::from_millis(1),
-            ..ProducerConfig::default()
-        },
+        ProducerConfig::default()
+            .with_buffer_memory(32 * 1024)
+            .with_batch_size(4 * 1024)
+            .with_linger(Duration::from_millis(1)),
     )
     .await
     .unwrap();
@@ -85,11 +83,9 @@ async fn a_dropped_flush_loses_nothing() {
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
     let producer = Producer::new(
         cluster.clone(),
-        ProducerConfig {
-            linger: Duration::from_secs(30),
-            batch_size: 8 * 1024,
-            ..ProducerConfig::default()
-        },
+        ProducerConfig::default()
+            .with_linger(Duration::from_secs(30))
+            .with_batch_size(8 * 1024),
     )
     .await
     .unwrap();
@@ -118,7 +114,7 @@ async fn a_dropped_flush_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_commit_or_abort_can_be_called_again_and_ends_the_transaction_once() {
+async fn a_dropped_commit_or_abort_can_be_resumed_and_ends_the_transaction_once() {
     let brokers = common::transaction_brokers();
     if brokers.is_empty() {
         return;
@@ -128,7 +124,7 @@ async fn a_dropped_commit_or_abort_can_be_called_again_and_ends_the_transaction_
         let topic = common::unique_topic("cancel-txn");
         common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
         let txn = TxnConfig::new(common::unique_topic("cancel-txn-id"));
-        let producer = TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), txn)
+        let mut producer = TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), txn)
             .await
             .expect("init");
         assert_eq!(producer.transaction_version(), version);
@@ -136,34 +132,27 @@ async fn a_dropped_commit_or_abort_can_be_called_again_and_ends_the_transaction_
         let mut dropped = 0;
         for round in 0..24u32 {
             let commit = round % 3 != 2;
-            producer.begin().expect("begin");
+            let txn = producer.begin().await.expect("begin");
             let mut values = Vec::new();
             for i in 0..10u32 {
                 let v = format!("{round:02}-{i}");
-                drop(
-                    producer
-                        .send(ProducerRecord::new(&topic, v.clone()))
-                        .await
-                        .expect("send"),
-                );
+                drop(txn.send(ProducerRecord::new(&topic, v.clone())).await.expect("send"));
                 values.push(v);
             }
             // 0, 1, … 7 ms, then again: inside the flush, inside EndTxn, after it.
             let limit = Duration::from_millis(u64::from(round % 8));
             let first = if commit {
-                tokio::time::timeout(limit, producer.commit()).await
+                tokio::time::timeout(limit, txn.commit()).await
             } else {
-                tokio::time::timeout(limit, producer.abort()).await
+                tokio::time::timeout(limit, txn.abort()).await
             };
             match first {
                 Ok(r) => r.unwrap_or_else(|e| panic!("{version} round {round}: {e}")),
                 Err(_) => {
                     dropped += 1;
-                    let again = if commit {
-                        producer.commit().await
-                    } else {
-                        producer.abort().await
-                    };
+                    // The dropped guard's transaction is still open: take it back.
+                    let txn = producer.resume().expect("a dropped commit or abort leaves it open");
+                    let again = if commit { txn.commit().await } else { txn.abort().await };
                     again.unwrap_or_else(|e| panic!("{version} round {round}: the repeated call failed: {e}"));
                 }
             }

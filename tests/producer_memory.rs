@@ -85,14 +85,12 @@ async fn scenario(acks: Acks, idempotent: bool, mode: ProduceMode) -> Measured {
     let cluster = Cluster::connect(config).await.expect("connect");
     let producer = Producer::new(
         cluster,
-        ProducerConfig {
-            acks,
-            idempotent,
-            buffer_memory: BUFFER,
-            batch_size: 16 * 1024,
-            linger: Duration::from_millis(1),
-            ..ProducerConfig::default()
-        },
+        ProducerConfig::default()
+            .with_acks(acks)
+            .with_idempotent(idempotent)
+            .with_buffer_memory(BUFFER)
+            .with_batch_size(16 * 1024)
+            .with_linger(Duration::from_millis(1)),
     )
     .await
     .expect("producer");

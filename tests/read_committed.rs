@@ -22,10 +22,7 @@ use clink_kafka::client::{
 };
 
 fn read_committed() -> ConsumerConfig {
-    ConsumerConfig {
-        isolation: IsolationLevel::ReadCommitted,
-        ..ConsumerConfig::default()
-    }
+    ConsumerConfig::default().with_isolation(IsolationLevel::ReadCommitted)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

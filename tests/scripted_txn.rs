@@ -295,13 +295,13 @@ fn txn_config() -> TxnConfig {
     t
 }
 
-async fn one_transaction(p: &TransactionalProducer, n: usize) {
-    p.begin().unwrap();
+async fn one_transaction(p: &mut TransactionalProducer, n: usize) {
+    let t = p.begin().await.unwrap();
     let mut futures = Vec::new();
     for i in 0..n {
-        futures.push(p.send(ProducerRecord::new(TOPIC, format!("v{i}"))).await.unwrap());
+        futures.push(t.send(ProducerRecord::new(TOPIC, format!("v{i}"))).await.unwrap());
     }
-    p.commit().await.expect("commit");
+    t.commit().await.expect("commit");
     for f in futures {
         f.await.expect("delivered before the commit");
     }
@@ -323,21 +323,21 @@ async fn tv2_retries_at_the_coordinator_and_follows_an_epoch_rollover() {
     })
     .await;
     let cluster = Cluster::connect(config).await.unwrap();
-    let p = TransactionalProducer::init(cluster, ProducerConfig::default(), txn_config())
+    let mut p = TransactionalProducer::init(cluster, ProducerConfig::default(), txn_config())
         .await
         .expect("init after transient answers");
     assert_eq!(p.transaction_version(), TransactionVersion::V2);
     let id = p.identity();
     assert_eq!((id.producer_id, id.producer_epoch), (100, i16::MAX - 1));
 
-    one_transaction(&p, 3).await;
+    one_transaction(&mut p, 3).await;
     let id = p.identity();
     assert_eq!(
         (id.producer_id, id.producer_epoch),
         (101, 0),
         "rolled over to a new producer id"
     );
-    one_transaction(&p, 2).await;
+    one_transaction(&mut p, 2).await;
     let id = p.identity();
     assert_eq!((id.producer_id, id.producer_epoch), (101, 1));
 
@@ -369,12 +369,12 @@ async fn tv1_adds_partitions_and_keeps_its_epoch() {
     })
     .await;
     let cluster = Cluster::connect(config).await.unwrap();
-    let p = TransactionalProducer::init(cluster, ProducerConfig::default(), txn_config())
+    let mut p = TransactionalProducer::init(cluster, ProducerConfig::default(), txn_config())
         .await
         .unwrap();
     assert_eq!(p.transaction_version(), TransactionVersion::V1);
-    one_transaction(&p, 2).await;
-    one_transaction(&p, 1).await;
+    one_transaction(&mut p, 2).await;
+    one_transaction(&mut p, 1).await;
     let id = p.identity();
     assert_eq!((id.producer_id, id.producer_epoch), (7, 3));
     let log = state.lock().unwrap().log.clone();

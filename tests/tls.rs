@@ -88,11 +88,10 @@ async fn mtls_round_trip_with_plain_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mtls_round_trip_with_encrypted_key() {
     let Some(tls) = common::tls() else { return };
-    let config = TlsConfig {
-        key_file: Some(tls.key_encrypted.clone()),
-        key_password: Some(Secret::new(tls.key_password.clone())),
-        ..tls.mutual()
-    };
+    let config = tls
+        .mutual()
+        .with_key_file(tls.key_encrypted.clone())
+        .with_key_password(Secret::new(tls.key_password.clone()));
     let debug = format!("{:?}", tls_config(&tls.mtls_brokers, config.clone()));
     assert!(!debug.contains(&tls.key_password), "{debug}");
     round_trip(tls_config(&tls.mtls_brokers, config), "mtls-encrypted", 20).await;
@@ -134,10 +133,7 @@ async fn untrusted_ca_is_a_typed_tls_error() {
     let Some(tls) = common::tls() else { return };
     let config = tls_config(
         &tls.ssl_brokers,
-        TlsConfig {
-            ca_file: Some(tls.other_ca.clone()),
-            ..TlsConfig::default()
-        },
+        TlsConfig::default().with_ca_file(tls.other_ca.clone()),
     );
     let err = connect_error(config).await;
     assert_eq!(tls_kind(&err), TlsFailure::CertificateNotTrusted, "{err}");
@@ -151,11 +147,9 @@ async fn untrusted_ca_is_a_typed_tls_error() {
     // Turning hostname verification off does not turn chain verification off.
     let config = tls_config(
         &tls.ssl_brokers,
-        TlsConfig {
-            ca_file: Some(tls.other_ca.clone()),
-            hostname_verification: false,
-            ..TlsConfig::default()
-        },
+        TlsConfig::default()
+            .with_ca_file(tls.other_ca.clone())
+            .with_hostname_verification(false),
     );
     assert_eq!(
         tls_kind(&connect_error(config).await),
@@ -181,11 +175,10 @@ async fn mtls_without_a_client_certificate_is_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mtls_with_a_certificate_from_another_ca_is_rejected() {
     let Some(tls) = common::tls() else { return };
-    let config = TlsConfig {
-        cert_file: Some(tls.other_cert.clone()),
-        key_file: Some(tls.other_key.clone()),
-        ..tls.server_auth()
-    };
+    let config = tls
+        .server_auth()
+        .with_cert_file(tls.other_cert.clone())
+        .with_key_file(tls.other_key.clone());
     let err = connect_error(tls_config(&tls.mtls_brokers, config)).await;
     assert_eq!(tls_kind(&err), TlsFailure::ClientCertificateRejected, "{err}");
     assert!(err.to_string().contains("rejected our client certificate"), "{err}");
@@ -195,10 +188,7 @@ async fn mtls_with_a_certificate_from_another_ca_is_rejected() {
 async fn hostname_mismatch_is_refused_unless_verification_is_off() {
     let Some(tls) = common::tls() else { return };
     // The broker's certificate covers localhost and 127.0.0.1 only.
-    let mismatched = TlsConfig {
-        server_name: Some("broker.clink.invalid".into()),
-        ..tls.server_auth()
-    };
+    let mismatched = tls.server_auth().with_server_name("broker.clink.invalid");
     let err = connect_error(tls_config(&tls.ssl_brokers, mismatched.clone())).await;
     assert_eq!(tls_kind(&err), TlsFailure::HostnameMismatch, "{err}");
     let text = err.to_string();
@@ -208,10 +198,7 @@ async fn hostname_mismatch_is_refused_unless_verification_is_off() {
     );
 
     // The same with the name check off (chain still verified): works.
-    let chain_only = TlsConfig {
-        hostname_verification: false,
-        ..mismatched
-    };
+    let chain_only = mismatched.with_hostname_verification(false);
     round_trip(tls_config(&tls.ssl_brokers, chain_only), "ssl-no-hostname", 5).await;
 
     // Dialling by a name the certificate covers works as is.
@@ -262,11 +249,9 @@ async fn insecure_skip_verify_connects_to_an_untrusted_broker_and_warns() {
     let _guard = tracing::subscriber::set_default(subscriber);
     let config = tls_config(
         &tls.ssl_brokers,
-        TlsConfig {
-            insecure_skip_verify: true,
-            server_name: Some("broker.clink.invalid".into()),
-            ..TlsConfig::default()
-        },
+        TlsConfig::default()
+            .with_insecure_skip_verify(true)
+            .with_server_name("broker.clink.invalid"),
     );
     let cluster = common::cluster(config).await;
     assert!(!cluster.metadata().brokers.is_empty());
@@ -280,11 +265,10 @@ async fn insecure_skip_verify_connects_to_an_untrusted_broker_and_warns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_key_password_and_missing_files_are_config_errors() {
     let Some(tls) = common::tls() else { return };
-    let config = TlsConfig {
-        key_file: Some(tls.key_encrypted.clone()),
-        key_password: Some(Secret::new("wrong-password-0xfeed")),
-        ..tls.mutual()
-    };
+    let config = tls
+        .mutual()
+        .with_key_file(tls.key_encrypted.clone())
+        .with_key_password(Secret::new("wrong-password-0xfeed"));
     let err = connect_error(tls_config(&tls.mtls_brokers, config)).await;
     assert!(
         matches!(
@@ -298,10 +282,7 @@ async fn wrong_key_password_and_missing_files_are_config_errors() {
     );
     assert!(!err.to_string().contains("wrong-password-0xfeed"), "{err}");
 
-    let config = TlsConfig {
-        key_file: Some(tls.key_encrypted.clone()),
-        ..tls.mutual()
-    };
+    let config = tls.mutual().with_key_file(tls.key_encrypted.clone());
     let err = connect_error(tls_config(&tls.mtls_brokers, config)).await;
     assert!(
         matches!(
@@ -315,10 +296,7 @@ async fn wrong_key_password_and_missing_files_are_config_errors() {
     );
 
     // A key that does not belong to the certificate.
-    let config = TlsConfig {
-        key_file: Some(tls.other_key.clone()),
-        ..tls.mutual()
-    };
+    let config = tls.mutual().with_key_file(tls.other_key.clone());
     let err = connect_error(tls_config(&tls.mtls_brokers, config)).await;
     assert!(
         matches!(
@@ -351,10 +329,7 @@ async fn wrong_protocol_for_the_port_fails_clearly_and_never_downgrades() {
 
 #[test]
 fn config_refuses_weaker_than_it_looks() {
-    let tls = TlsConfig {
-        ca_file: Some("/ca.pem".into()),
-        ..TlsConfig::default()
-    };
+    let tls = TlsConfig::default().with_ca_file("/ca.pem");
     // TLS files with a plaintext protocol.
     let mut c = ClientConfig::new("h:1");
     c.tls = tls.clone();
@@ -400,12 +375,11 @@ fn config_refuses_weaker_than_it_looks() {
         "{err}"
     );
     // Debug never shows the key password.
-    let c = ClientConfig::new("h:1").with_tls(TlsConfig {
-        cert_file: Some("/c.pem".into()),
-        key_file: Some("/k.pem".into()),
-        key_password: Some(Secret::new("key-password-xyzzy")),
-        ..tls
-    });
+    let c = ClientConfig::new("h:1").with_tls(
+        tls.with_cert_file("/c.pem")
+            .with_key_file("/k.pem")
+            .with_key_password(Secret::new("key-password-xyzzy")),
+    );
     let debug = format!("{c:?}");
     assert!(
         !debug.contains("key-password-xyzzy") && debug.contains("***"),

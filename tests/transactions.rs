@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    Admin, Cluster, GroupOffsets, ListTransactionsFilter, NewTopic, ProducerConfig, ProducerRecord, TransactionState,
-    TransactionVersion, TransactionalProducer, TxnConfig,
+    Admin, Cluster, GroupOffsets, ListTransactionsFilter, NewTopic, ProducerConfig, ProducerRecord,
+    TopicPartitionOffset, Transaction, TransactionState, TransactionVersion, TransactionalProducer, TxnConfig,
 };
 use clink_kafka::Error;
 
@@ -41,7 +41,7 @@ async fn producer(cluster: &Cluster, id: &str) -> TransactionalProducer {
     .expect("init")
 }
 
-async fn send_values(p: &TransactionalProducer, topic: &str, prefix: &str, n: usize) {
+async fn send_values(p: &Transaction<'_>, topic: &str, prefix: &str, n: usize) {
     let mut futures = Vec::with_capacity(n);
     for i in 0..n {
         let v = format!("{prefix}{i}");
@@ -66,26 +66,26 @@ async fn commit_is_visible_and_abort_is_not_under_both_protocols() {
     for (brokers, expected_version) in common::transaction_brokers() {
         let cluster = common::cluster(common::config(&brokers)).await;
         let topic = topic(&cluster, "txn-vis").await;
-        let p = producer(&cluster, &txn_id("vis")).await;
+        let mut p = producer(&cluster, &txn_id("vis")).await;
         assert_eq!(p.transaction_version(), expected_version, "{brokers}");
         let first = p.identity();
         assert!(first.has_identity());
         assert_eq!(first.transaction_version, expected_version);
 
-        p.begin().unwrap();
-        send_values(&p, &topic, "c", 100).await;
-        assert_eq!(p.identity(), first, "identity stays put inside a transaction");
-        p.commit().await.expect("commit");
+        let t = p.begin().await.unwrap();
+        send_values(&t, &topic, "c", 100).await;
+        assert_eq!(t.identity(), first, "identity stays put inside a transaction");
+        t.commit().await.expect("commit");
         let after_commit = p.identity();
 
-        p.begin().unwrap();
-        send_values(&p, &topic, "a", 50).await;
-        p.abort().await.expect("abort");
+        let t = p.begin().await.unwrap();
+        send_values(&t, &topic, "a", 50).await;
+        t.abort().await.expect("abort");
         let after_abort = p.identity();
 
-        p.begin().unwrap();
-        send_values(&p, &topic, "d", 20).await;
-        p.commit().await.expect("second commit");
+        let t = p.begin().await.unwrap();
+        send_values(&t, &topic, "d", 20).await;
+        t.commit().await.expect("second commit");
         let last = p.identity();
 
         // The identity each transaction ran under, as the coordinator sees it.
@@ -133,17 +133,17 @@ async fn a_second_producer_fences_the_first_with_a_typed_error() {
         let cluster = common::cluster(common::config(&brokers)).await;
         let topic = topic(&cluster, "txn-fence").await;
         let id = txn_id("fence");
-        let first = producer(&cluster, &id).await;
-        first.begin().unwrap();
-        send_values(&first, &topic, "old", 10).await;
-        let old_identity = first.identity();
+        let mut first = producer(&cluster, &id).await;
+        let t = first.begin().await.unwrap();
+        send_values(&t, &topic, "old", 10).await;
+        let old_identity = t.identity();
 
-        let second = producer(&cluster, &id).await;
+        let mut second = producer(&cluster, &id).await;
         let new_identity = second.identity();
         assert_eq!(new_identity.producer_id, old_identity.producer_id);
         assert!(new_identity.producer_epoch > old_identity.producer_epoch);
 
-        let err = first.commit().await.unwrap_err();
+        let err = t.commit().await.unwrap_err();
         match &err {
             Error::ProducerFenced {
                 transactional_id,
@@ -160,15 +160,19 @@ async fn a_second_producer_fences_the_first_with_a_typed_error() {
             other => panic!("{brokers}: expected ProducerFenced, got {other:?}"),
         }
         // Sticky: later calls give the same error and do nothing.
-        assert!(matches!(first.begin(), Err(Error::ProducerFenced { .. })));
+        assert!(matches!(first.begin().await, Err(Error::ProducerFenced { .. })));
         assert!(matches!(
-            first.send(ProducerRecord::new(&topic, "x")).await,
+            first
+                .resume()
+                .expect("the failed commit left it open")
+                .send(ProducerRecord::new(&topic, "x"))
+                .await,
             Err(Error::ProducerFenced { .. })
         ));
 
-        second.begin().unwrap();
-        send_values(&second, &topic, "new", 10).await;
-        second.commit().await.expect("the new producer commits");
+        let t = second.begin().await.unwrap();
+        send_values(&t, &topic, "new", 10).await;
+        t.commit().await.expect("the new producer commits");
         let got = common::read_committed_values(&cluster, &topic, PARTITIONS, 10).await;
         assert_eq!(
             got.into_iter().collect::<BTreeSet<_>>(),
@@ -184,14 +188,20 @@ async fn offsets_commit_with_the_transaction_only() {
         let cluster = common::cluster(common::config(&brokers)).await;
         let topic = topic(&cluster, "txn-offsets").await;
         let group = common::unique_topic("txn-group");
-        let p = producer(&cluster, &txn_id("offsets")).await;
+        let mut p = producer(&cluster, &txn_id("offsets")).await;
 
-        p.begin().unwrap();
-        send_values(&p, &topic, "x", 5).await;
-        p.send_offsets_to_transaction(&group, &[(&topic, 0, 42), (&topic, 1, 7)])
-            .await
-            .expect("offsets into the transaction");
-        p.abort().await.unwrap();
+        let mut t = p.begin().await.unwrap();
+        send_values(&t, &topic, "x", 5).await;
+        t.send_offsets(
+            &group,
+            &[
+                TopicPartitionOffset::new(&topic, 0, 42),
+                TopicPartitionOffset::new(&topic, 1, 7),
+            ],
+        )
+        .await
+        .expect("offsets into the transaction");
+        t.abort().await.unwrap();
         let offsets = GroupOffsets::new(cluster.clone(), &group).unwrap();
         let fetched = offsets.fetch(&[(&topic, 0), (&topic, 1)], true).await.unwrap();
         assert!(
@@ -199,12 +209,18 @@ async fn offsets_commit_with_the_transaction_only() {
             "{brokers}: aborted offsets are not committed: {fetched:?}"
         );
 
-        p.begin().unwrap();
-        send_values(&p, &topic, "y", 5).await;
-        p.send_offsets_to_transaction(&group, &[(&topic, 0, 43), (&topic, 1, 8)])
-            .await
-            .expect("offsets into the transaction");
-        p.commit().await.unwrap();
+        let mut t = p.begin().await.unwrap();
+        send_values(&t, &topic, "y", 5).await;
+        t.send_offsets(
+            &group,
+            &[
+                TopicPartitionOffset::new(&topic, 0, 43),
+                TopicPartitionOffset::new(&topic, 1, 8),
+            ],
+        )
+        .await
+        .expect("offsets into the transaction");
+        t.commit().await.unwrap();
         let fetched = offsets.fetch(&[(&topic, 0), (&topic, 1)], true).await.unwrap();
         let got: Vec<Option<i64>> = fetched.values().map(|o| o.as_ref().map(|c| c.offset)).collect();
         assert_eq!(got, vec![Some(43), Some(8)], "{brokers}");
@@ -217,21 +233,21 @@ async fn describe_and_list_show_the_open_transaction() {
         let cluster = common::cluster(common::config(&brokers)).await;
         let topic = topic(&cluster, "txn-describe").await;
         let id = txn_id("describe");
-        let p = producer(&cluster, &id).await;
-        p.begin().unwrap();
+        let mut p = producer(&cluster, &id).await;
+        let t = p.begin().await.unwrap();
         for partition in 0..2 {
-            p.send(ProducerRecord::new(&topic, "v").with_partition(partition))
+            t.send(ProducerRecord::new(&topic, "v").with_partition(partition))
                 .await
                 .unwrap();
         }
-        p.flush(Duration::from_secs(30)).await.unwrap();
+        t.flush(Duration::from_secs(30)).await.unwrap();
         let admin = Admin::new(cluster.clone());
         let described = admin
             .describe_transactions(&[&id, "clink-no-such-transactional-id"])
             .await
             .unwrap();
         let d = described[0].1.as_ref().expect("the open transaction is described");
-        let identity = p.identity();
+        let identity = t.identity();
         assert_eq!(d.state, TransactionState::Ongoing, "{brokers}");
         assert_eq!(d.producer_id, identity.producer_id);
         assert_eq!(
@@ -263,7 +279,7 @@ async fn describe_and_list_show_the_open_transaction() {
             .unwrap();
         assert_eq!(by_pattern.len(), 1, "{brokers}: {by_pattern:?}");
 
-        p.commit().await.unwrap();
+        t.commit().await.unwrap();
         let described = admin.describe_transactions(&[&id]).await.unwrap();
         let d = described[0].1.as_ref().unwrap();
         assert!(
@@ -292,19 +308,51 @@ fn regex_escape(s: &str) -> String {
 async fn misuse_is_a_typed_error() {
     let Some(brokers) = common::brokers() else { return };
     let cluster = common::cluster(common::config(&brokers)).await;
-    let topic = topic(&cluster, "txn-misuse").await;
-    let p = producer(&cluster, &txn_id("misuse")).await;
-    assert!(matches!(
-        p.send(ProducerRecord::new(&topic, "x")).await,
-        Err(Error::InvalidTxnState { .. })
-    ));
-    assert!(matches!(p.commit().await, Err(Error::InvalidTxnState { .. })));
-    p.begin().unwrap();
-    assert!(matches!(p.begin(), Err(Error::InvalidTxnState { .. })));
+    let mut p = producer(&cluster, &txn_id("misuse")).await;
+    assert!(p.resume().is_none(), "no transaction is open");
     // An empty transaction ends locally.
-    p.commit().await.unwrap();
+    p.begin().await.unwrap().commit().await.unwrap();
     let err = TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(""))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("transactional.id"), "{err}");
+}
+
+/// The guard (issue 16): a `Transaction` dropped without commit or abort
+/// leaves its transaction open in the producer; `resume` gives it back, and
+/// the next `begin` aborts it (its records never become visible), under
+/// both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_transaction_is_aborted_by_the_next_begin() {
+    for (brokers, _) in common::transaction_brokers() {
+        let cluster = common::cluster(common::config(&brokers)).await;
+        let topic = topic(&cluster, "txn-drop").await;
+        let mut p = producer(&cluster, &txn_id("drop")).await;
+
+        let t = p.begin().await.unwrap();
+        send_values(&t, &topic, "dropped", 10).await;
+        drop(t);
+        let t = p.resume().expect("the dropped transaction is still open");
+        send_values(&t, &topic, "resumed", 5).await;
+        drop(t);
+
+        // begin aborts the dropped transaction first.
+        let t = p.begin().await.expect("begin after a dropped transaction");
+        send_values(&t, &topic, "kept", 10).await;
+        t.commit().await.unwrap();
+        let got = common::read_committed_values(&cluster, &topic, PARTITIONS, 10).await;
+        assert_eq!(
+            got.into_iter().collect::<BTreeSet<_>>(),
+            values("kept", 10).into_iter().collect(),
+            "{brokers}: only the committed transaction is visible"
+        );
+
+        // close ends a dropped one too.
+        let t = p.begin().await.unwrap();
+        send_values(&t, &topic, "closed", 3).await;
+        drop(t);
+        p.close().await.expect("close aborts the dropped transaction");
+        let got = common::read_committed_values(&cluster, &topic, PARTITIONS, 10).await;
+        assert_eq!(got.len(), 10, "{brokers}: {got:?}");
+    }
 }

@@ -84,14 +84,11 @@ pub struct ConsumeArgs {
 impl ConsumeArgs {
     /// The native consumer's configuration these flags describe.
     pub fn consumer_config(&self) -> ConsumerConfig {
-        let mut c = ConsumerConfig {
-            isolation: if self.read_committed {
-                IsolationLevel::ReadCommitted
-            } else {
-                IsolationLevel::ReadUncommitted
-            },
-            ..ConsumerConfig::default()
-        };
+        let mut c = ConsumerConfig::default().with_isolation(if self.read_committed {
+            IsolationLevel::ReadCommitted
+        } else {
+            IsolationLevel::ReadUncommitted
+        });
         if let Some(n) = self.max_poll_records {
             c.max_poll_records = n as usize;
         }

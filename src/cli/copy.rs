@@ -91,8 +91,6 @@
 //! For the checkpoint points, k counts checkpoints this process took.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -102,7 +100,6 @@ use clink_kafka::connector::checkpoint::{CheckpointState, CheckpointStore, Coord
 use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitOptions};
 use clink_kafka::connector::security::SecurityConfig;
 use clink_kafka::connector::selected::{SelectedConsumer, SelectedProducer, SelectedTransactionalProducer};
-use clink_kafka::connector::twopc::{set_step_hook, SinkStep};
 use clink_kafka::connector::{
     selected, ConnectorError, KafkaMessage, KafkaSink, KafkaSource, ResumeRow, Sink, Source, StateRow,
     TwoPhaseCommitSink,
@@ -110,16 +107,29 @@ use clink_kafka::connector::{
 
 use super::{thousands, ConnectArgs};
 
+/// Passes a fault point (`super::fault`, cargo feature `failpoints`); without
+/// the feature it expands to an empty block and its arguments are not
+/// evaluated.
+macro_rules! fault_point {
+    ($point:ident, $subtask:expr) => {{
+        #[cfg(feature = "failpoints")]
+        super::fault::fault_point(super::fault::FaultPoint::$point, $subtask);
+    }};
+}
+
 /// The most subtasks `--parallelism` takes.
 const MAX_PARALLELISM: u32 = 256;
 
 /// Options of `copy`.
 #[derive(Args, Debug)]
-#[command(
-    after_help = "Fault injection (tests): CLINK_KAFKA_FAULT=<point>[:<k>][@<subtask>] SIGKILLs the process at the \
+#[cfg_attr(
+    feature = "failpoints",
+    command(
+        after_help = "Fault injection (tests): CLINK_KAFKA_FAULT=<point>[:<k>][@<subtask>] SIGKILLs the process at the \
 k-th occurrence of <point> (of that subtask): mid-batch, after-barrier, after-end-txn, after-commit, after-resolve, \
 after-recovery-open (subtask points), after-state-written, after-completed, after-confirmed (coordinator points, \
 no @) (see src/cli/copy.rs)."
+    )
 )]
 pub struct CopyArgs {
     #[command(flatten)]
@@ -181,179 +191,6 @@ pub struct CopyArgs {
     /// increase). false: the replay publishes them again.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub replay_suppression: bool,
-}
-
-/// The named fault points, in the order of the steps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FaultPoint {
-    MidBatch,
-    AfterBarrier,
-    AfterStateWritten,
-    AfterCompleted,
-    AfterEndTxn,
-    AfterCommit,
-    AfterConfirmed,
-    AfterResolve,
-    AfterRecoveryOpen,
-}
-
-impl FaultPoint {
-    const ALL: [FaultPoint; 9] = [
-        FaultPoint::MidBatch,
-        FaultPoint::AfterBarrier,
-        FaultPoint::AfterStateWritten,
-        FaultPoint::AfterCompleted,
-        FaultPoint::AfterEndTxn,
-        FaultPoint::AfterCommit,
-        FaultPoint::AfterConfirmed,
-        FaultPoint::AfterResolve,
-        FaultPoint::AfterRecoveryOpen,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            FaultPoint::MidBatch => "mid-batch",
-            FaultPoint::AfterBarrier => "after-barrier",
-            FaultPoint::AfterStateWritten => "after-state-written",
-            FaultPoint::AfterCompleted => "after-completed",
-            FaultPoint::AfterEndTxn => "after-end-txn",
-            FaultPoint::AfterCommit => "after-commit",
-            FaultPoint::AfterConfirmed => "after-confirmed",
-            FaultPoint::AfterResolve => "after-resolve",
-            FaultPoint::AfterRecoveryOpen => "after-recovery-open",
-        }
-    }
-
-    /// Whether the point belongs to one subtask (else to the coordinator).
-    fn per_subtask(self) -> bool {
-        !matches!(
-            self,
-            FaultPoint::AfterStateWritten | FaultPoint::AfterCompleted | FaultPoint::AfterConfirmed
-        )
-    }
-}
-
-struct Fault {
-    point: FaultPoint,
-    at: u64,
-    subtask: Option<u32>,
-    seen: AtomicU64,
-}
-
-static FAULT: OnceLock<Option<Fault>> = OnceLock::new();
-
-const FAULT_VAR: &str = "CLINK_KAFKA_FAULT";
-
-fn parse_fault(spec: &str) -> anyhow::Result<Fault> {
-    let (rest, subtask) = match spec.split_once('@') {
-        Some((rest, i)) => (
-            rest,
-            Some(
-                i.parse::<u32>()
-                    .map_err(|_| anyhow!("{FAULT_VAR}={spec:?}: the subtask after '@' must be an integer >= 0"))?,
-            ),
-        ),
-        None => (spec, None),
-    };
-    let (name, at) = match rest.split_once(':') {
-        Some((name, k)) => (
-            name,
-            k.parse::<u64>()
-                .ok()
-                .filter(|k| *k >= 1)
-                .ok_or_else(|| anyhow!("{FAULT_VAR}={spec:?}: the occurrence after ':' must be an integer >= 1"))?,
-        ),
-        None => (rest, 1),
-    };
-    let point = FaultPoint::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
-        let allowed: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
-        anyhow!(
-            "{FAULT_VAR}={spec:?}: unknown fault point {name:?}; allowed: {}",
-            allowed.join(", ")
-        )
-    })?;
-    if subtask.is_some() && !point.per_subtask() {
-        bail!(
-            "{FAULT_VAR}={spec:?}: {} is a coordinator point and takes no @<subtask>",
-            point.name()
-        );
-    }
-    Ok(Fault {
-        point,
-        at,
-        subtask,
-        seen: AtomicU64::new(0),
-    })
-}
-
-fn arm_faults(parallelism: u32) -> anyhow::Result<()> {
-    let fault = match std::env::var(FAULT_VAR) {
-        Ok(spec) if !spec.is_empty() => Some(parse_fault(&spec)?),
-        _ => None,
-    };
-    if let Some(f) = &fault {
-        if let Some(i) = f.subtask.filter(|i| *i >= parallelism) {
-            bail!("{FAULT_VAR}: subtask {i} does not exist at --parallelism {parallelism} (0..{parallelism})");
-        }
-        eprintln!(
-            "copy: fault armed: {}:{}{}",
-            f.point.name(),
-            f.at,
-            at_subtask(f.subtask)
-        );
-    }
-    let _ = FAULT.set(fault);
-    set_step_hook(|step, subtask| {
-        if step == SinkStep::AfterEndTxn {
-            fault_point(FaultPoint::AfterEndTxn, Some(subtask));
-        } else if step == SinkStep::AfterResolvedCommit {
-            fault_point(FaultPoint::AfterResolve, Some(subtask));
-        }
-    });
-    Ok(())
-}
-
-fn at_subtask(subtask: Option<u32>) -> String {
-    subtask.map_or(String::new(), |i| format!("@{i}"))
-}
-
-/// Passes fault point `point` (of `subtask`, for a subtask point);
-/// SIGKILLs the process at the armed occurrence.
-fn fault_point(point: FaultPoint, subtask: Option<u32>) {
-    let Some(Some(fault)) = FAULT.get() else {
-        return;
-    };
-    if fault.point != point || fault.subtask.is_some_and(|i| Some(i) != subtask) {
-        return;
-    }
-    let seen = fault.seen.fetch_add(1, Ordering::SeqCst) + 1;
-    if seen != fault.at {
-        return;
-    }
-    eprintln!(
-        "copy: fault {}:{seen}{}: SIGKILL",
-        point.name(),
-        at_subtask(subtask.filter(|_| point.per_subtask()))
-    );
-    let pid = std::process::id().to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-9", &pid])
-        .status()
-        .or_else(|_| {
-            std::process::Command::new("sh")
-                .args(["-c", &format!("kill -9 {pid}")])
-                .status()
-        });
-    if !sent.is_ok_and(|s| s.success()) {
-        // No way to SIGKILL ourselves: die loudly another way (a test sees
-        // the wrong signal rather than a hang).
-        eprintln!("copy: fault {}: could not send SIGKILL; aborting", point.name());
-        std::process::abort();
-    }
-    // The signal is on its way; never run another step.
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
-    }
 }
 
 /// The connector's security settings for what the CLI options resolved to
@@ -509,7 +346,8 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             args.parallelism
         );
     }
-    arm_faults(args.parallelism)?;
+    #[cfg(feature = "failpoints")]
+    super::fault::arm_faults(args.parallelism)?;
     let _metrics = args.metrics.start().await?;
     let trigger = match (args.checkpoint_every_records, args.checkpoint_interval_ms) {
         (Some(0), _) => bail!("--checkpoint-every-records must be at least 1"),
@@ -653,7 +491,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
                 if let Some(w) = s.watermarks.current() {
                     s.sink.on_watermark(w);
                 }
-                fault_point(FaultPoint::MidBatch, Some(s.index));
+                fault_point!(MidBatch, Some(s.index));
             }
         }
         if emitted > 0 {
@@ -798,7 +636,7 @@ async fn restore(coordinator: &mut Coordinator, subtasks: &mut [Subtask]) -> any
             for s in subtasks.iter_mut() {
                 s.sink.restore_rows(&cp.rows).context("restoring the sink")?;
                 match s.sink.open_sink().await {
-                    Ok(()) => fault_point(FaultPoint::AfterRecoveryOpen, Some(s.index)),
+                    Ok(()) => fault_point!(AfterRecoveryOpen, Some(s.index)),
                     Err(e @ ConnectorError::InDoubt { .. }) => {
                         held.get_or_insert(e);
                     }
@@ -911,60 +749,30 @@ async fn checkpoint(coordinator: &mut Coordinator, subtasks: &mut [Subtask], rec
             .barrier(id)
             .await
             .with_context(|| format!("barrier of checkpoint {id} at subtask {}", s.index))?;
-        fault_point(FaultPoint::AfterBarrier, Some(s.index));
+        fault_point!(AfterBarrier, Some(s.index));
         rows.extend(sink_rows);
         coordinator.collect(s.index, rows)?;
     }
     coordinator.write_state(vec![records_row(records)])?;
-    fault_point(FaultPoint::AfterStateWritten, None);
+    fault_point!(AfterStateWritten, None);
     coordinator.mark_completed()?;
-    fault_point(FaultPoint::AfterCompleted, None);
+    fault_point!(AfterCompleted, None);
     for s in subtasks.iter_mut() {
         s.sink
             .commit(id)
             .await
             .with_context(|| format!("committing checkpoint {id} at subtask {}", s.index))?;
-        fault_point(FaultPoint::AfterCommit, Some(s.index));
+        fault_point!(AfterCommit, Some(s.index));
         coordinator.commit_returned(s.index)?;
     }
     coordinator.confirm()?;
-    fault_point(FaultPoint::AfterConfirmed, None);
+    fault_point!(AfterConfirmed, None);
     Ok(id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fault_specs_parse_and_bad_ones_name_the_allowed_points() {
-        let f = parse_fault("after-completed:2").unwrap();
-        assert_eq!((f.point, f.at, f.subtask), (FaultPoint::AfterCompleted, 2, None));
-        let f = parse_fault("mid-batch").unwrap();
-        assert_eq!((f.point, f.at), (FaultPoint::MidBatch, 1));
-        let f = parse_fault("after-commit:3@2").unwrap();
-        assert_eq!((f.point, f.at, f.subtask), (FaultPoint::AfterCommit, 3, Some(2)));
-        let f = parse_fault("after-resolve@1").unwrap();
-        assert_eq!((f.point, f.at, f.subtask), (FaultPoint::AfterResolve, 1, Some(1)));
-        let e = parse_fault("after-lunch").err().unwrap().to_string();
-        assert!(
-            e.contains("CLINK_KAFKA_FAULT") && e.contains("after-end-txn") && e.contains("after-recovery-open"),
-            "{e}"
-        );
-        for bad in ["after-commit:0", "after-commit:x", "after-commit:-1", "after-commit:"] {
-            let e = parse_fault(bad).err().unwrap().to_string();
-            assert!(e.contains(">= 1"), "{bad}: {e}");
-        }
-        for bad in ["after-commit@x", "after-commit@-1", "after-commit:2@"] {
-            let e = parse_fault(bad).err().unwrap().to_string();
-            assert!(e.contains("'@'"), "{bad}: {e}");
-        }
-        let e = parse_fault("after-completed@1").err().unwrap().to_string();
-        assert!(e.contains("coordinator point"), "{e}");
-        for p in FaultPoint::ALL {
-            assert_eq!(parse_fault(p.name()).unwrap().point, p);
-        }
-    }
 
     #[test]
     fn job_ids_are_one_path_component() {

@@ -11,6 +11,8 @@ pub mod backend;
 pub mod consume;
 pub mod copy;
 pub mod exit;
+#[cfg(feature = "failpoints")]
+pub mod fault;
 pub mod logs;
 pub mod produce;
 pub mod progress;
@@ -188,15 +190,14 @@ impl ConnectArgs {
             )),
             None => None,
         };
-        Ok(TlsConfig {
-            ca_file: self.tls_ca.clone(),
-            cert_file: self.tls_cert.clone(),
-            key_file: self.tls_key.clone(),
-            key_password,
-            hostname_verification: !self.tls_no_hostname_verification,
-            insecure_skip_verify: self.tls_insecure_skip_verify,
-            server_name: None,
-        })
+        let mut tls = TlsConfig::default()
+            .with_hostname_verification(!self.tls_no_hostname_verification)
+            .with_insecure_skip_verify(self.tls_insecure_skip_verify);
+        tls.ca_file = self.tls_ca.clone();
+        tls.cert_file = self.tls_cert.clone();
+        tls.key_file = self.tls_key.clone();
+        tls.key_password = key_password;
+        Ok(tls)
     }
 }
 

@@ -107,16 +107,14 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let compression: Compression = args.compression.parse().context("--compression")?;
     let acks: Acks = args.acks.parse().context("--acks")?;
     let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
-    let producer_config = ProducerConfig {
-        acks,
-        idempotent: acks == Acks::All,
-        compression,
-        linger: Duration::from_millis(args.linger_ms),
-        batch_size: args.batch_size,
-        max_in_flight: args.max_in_flight,
-        allow_auto_create_topics: !args.no_auto_create,
-        ..ProducerConfig::default()
-    };
+    let producer_config = ProducerConfig::default()
+        .with_acks(acks)
+        .with_idempotent(acks == Acks::All)
+        .with_compression(compression)
+        .with_linger(Duration::from_millis(args.linger_ms))
+        .with_batch_size(args.batch_size)
+        .with_max_in_flight(args.max_in_flight)
+        .with_allow_auto_create_topics(!args.no_auto_create);
     let producer = Producer::new(cluster, producer_config)
         .await
         .context("starting the producer")?;

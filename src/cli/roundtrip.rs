@@ -189,13 +189,11 @@ async fn produce_and_verify(
     // Produce.
     let producer = Producer::new(
         cluster.clone(),
-        ProducerConfig {
-            compression,
-            batch_size: args.batch_size,
-            linger: Duration::from_millis(args.linger_ms),
-            max_record_size: args.value_size + 1024,
-            ..ProducerConfig::default()
-        },
+        ProducerConfig::default()
+            .with_compression(compression)
+            .with_batch_size(args.batch_size)
+            .with_linger(Duration::from_millis(args.linger_ms))
+            .with_max_record_size(args.value_size + 1024),
     )
     .await
     .context("starting the producer")?;
@@ -267,11 +265,9 @@ async fn produce_and_verify(
     // Consume (read_committed) and verify.
     let mut consumer = Consumer::new(
         cluster.clone(),
-        ConsumerConfig {
-            isolation: IsolationLevel::ReadCommitted,
-            auto_offset_reset: None,
-            ..ConsumerConfig::default()
-        },
+        ConsumerConfig::default()
+            .with_isolation(IsolationLevel::ReadCommitted)
+            .with_auto_offset_reset(None),
     );
     let assignment: Vec<(&str, i32)> = (0..args.partitions).map(|p| (topic, p)).collect();
     consumer.assign(&assignment);

@@ -257,39 +257,37 @@ async fn open_and_hang(args: OpenAndHangArgs) -> anyhow::Result<()> {
         .context("connecting to the cluster")?;
     let txn = TxnConfig::new(&args.transactional_id)
         .with_transaction_timeout(Duration::from_millis(args.transaction_timeout_ms));
-    let producer = TransactionalProducer::init(cluster, ProducerConfig::default(), txn).await?;
+    let mut producer = TransactionalProducer::init(cluster, ProducerConfig::default(), txn).await?;
     let mut index = 0u64;
     for _ in 0..args.committed_before {
-        producer.begin()?;
+        let txn = producer.begin().await?;
         for _ in 0..args.count {
-            producer
-                .send(ProducerRecord::new(
-                    &args.topic,
-                    format!("{}{index}", args.value_prefix),
-                ))
-                .await?;
+            txn.send(ProducerRecord::new(
+                &args.topic,
+                format!("{}{index}", args.value_prefix),
+            ))
+            .await?;
             index += 1;
         }
-        producer.commit().await?;
+        txn.commit().await?;
     }
-    producer.begin()?;
+    let txn = producer.begin().await?;
     let mut deliveries = Vec::with_capacity(args.count as usize);
     for _ in 0..args.count {
         deliveries.push(
-            producer
-                .send(ProducerRecord::new(
-                    &args.topic,
-                    format!("{}{index}", args.value_prefix),
-                ))
-                .await?,
+            txn.send(ProducerRecord::new(
+                &args.topic,
+                format!("{}{index}", args.value_prefix),
+            ))
+            .await?,
         );
         index += 1;
     }
-    producer.flush(Duration::from_secs(60)).await?;
+    txn.flush(Duration::from_secs(60)).await?;
     for d in deliveries {
         d.await?;
     }
-    println!("{}", producer.identity());
+    println!("{}", txn.identity());
     use std::io::Write;
     std::io::stdout().flush()?;
     tokio::time::sleep(Duration::from_secs(args.hang_secs)).await;

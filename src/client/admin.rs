@@ -24,8 +24,11 @@ use crate::error::{Error, Result};
 /// A topic to create.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewTopic {
+    /// The topic's name.
     pub name: String,
+    /// How many partitions.
     pub partitions: i32,
+    /// Replicas per partition.
     pub replication_factor: i16,
     /// Topic configs, e.g. `("max.message.bytes", "2097152")`.
     pub configs: Vec<(String, String)>,
@@ -52,6 +55,7 @@ impl NewTopic {
 /// What DescribeCluster reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterDescription {
+    /// The cluster's id.
     pub cluster_id: String,
     /// The node id the broker names as controller (in KRaft, a random live
     /// broker, as KIP-590 forwarding makes any broker able to act).
@@ -63,9 +67,13 @@ pub struct ClusterDescription {
 /// One broker of a [`ClusterDescription`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerDescription {
+    /// The broker's node id.
     pub node_id: i32,
+    /// The host it advertises.
     pub host: String,
+    /// The port it advertises.
     pub port: i32,
+    /// Its `broker.rack`, if set.
     pub rack: Option<String>,
 }
 
@@ -73,6 +81,7 @@ pub struct BrokerDescription {
 /// returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterMetadata {
+    /// The cluster's id, if the broker gave one.
     pub cluster_id: Option<String>,
     /// The node id Metadata names as controller (in KRaft, a live broker
     /// that forwards to the quorum, as for DescribeCluster).
@@ -86,6 +95,7 @@ pub struct ClusterMetadata {
 /// One topic of a [`ClusterMetadata`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicDescription {
+    /// The topic's name.
     pub name: String,
     /// An internal topic (`__consumer_offsets`, `__transaction_state`, …).
     pub internal: bool,
@@ -99,9 +109,11 @@ pub struct TopicDescription {
 /// One partition of a [`TopicDescription`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionDescription {
+    /// The partition index.
     pub partition: i32,
     /// The leader's node id, -1 when there is none.
     pub leader: i32,
+    /// The leader's epoch.
     pub leader_epoch: i32,
     /// Node ids of every replica, the preferred leader first.
     pub replicas: Vec<i32>,
@@ -109,6 +121,7 @@ pub struct PartitionDescription {
     pub isr: Vec<i32>,
     /// Node ids of replicas on offline log directories or brokers.
     pub offline_replicas: Vec<i32>,
+    /// The partition's error in the answer (`NONE` when it is fine).
     pub error: KafkaCode,
 }
 

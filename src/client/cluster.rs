@@ -30,9 +30,13 @@ use crate::error::{BrokerRef, Error, Result};
 /// One broker from Metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerInfo {
+    /// The broker's node id.
     pub node_id: i32,
+    /// The host it advertises.
     pub host: String,
+    /// The port it advertises.
     pub port: i32,
+    /// Its `broker.rack`, if set.
     pub rack: Option<String>,
 }
 
@@ -46,16 +50,20 @@ impl BrokerInfo {
 /// One partition from Metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartitionMetadata {
+    /// The partition index.
     pub partition: i32,
     /// The leader's node id, -1 when there is none.
     pub leader: i32,
+    /// The leader's epoch.
     pub leader_epoch: i32,
+    /// The partition's error in the answer (`NONE` when it is fine).
     pub error: KafkaCode,
 }
 
 /// One topic from Metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicMetadata {
+    /// The topic's name.
     pub name: String,
     /// Partitions sorted by index.
     pub partitions: Vec<PartitionMetadata>,
@@ -64,9 +72,13 @@ pub struct TopicMetadata {
 /// A snapshot of the cluster's metadata.
 #[derive(Clone, Debug, Default)]
 pub struct Metadata {
+    /// The cluster's id, if the broker gave one.
     pub cluster_id: Option<String>,
+    /// The controller's node id.
     pub controller_id: i32,
+    /// Every live broker, by node id.
     pub brokers: HashMap<i32, BrokerInfo>,
+    /// Every topic asked about, by name.
     pub topics: HashMap<String, TopicMetadata>,
 }
 

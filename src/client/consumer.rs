@@ -88,16 +88,18 @@ pub enum Offset {
 
 /// Consumer settings. Names follow the Java client's.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ConsumerConfig {
+    /// `isolation.level` (default read_uncommitted, as Java's).
     pub isolation: IsolationLevel,
     /// `fetch.max.wait.ms`.
     pub max_wait: Duration,
-    /// `fetch.min.bytes`.
-    pub min_bytes: i32,
-    /// `fetch.max.bytes`.
-    pub max_bytes: i32,
-    /// `max.partition.fetch.bytes`.
-    pub partition_max_bytes: i32,
+    /// `fetch.min.bytes` (at most `i32::MAX`, the protocol's field).
+    pub min_bytes: usize,
+    /// `fetch.max.bytes` (1 to `i32::MAX`).
+    pub max_bytes: usize,
+    /// `max.partition.fetch.bytes` (1 to `i32::MAX`).
+    pub partition_max_bytes: usize,
     /// `check.crcs`.
     pub check_crcs: bool,
     /// Where an unpositioned or out-of-range partition starts
@@ -160,12 +162,115 @@ impl Default for ConsumerConfig {
     }
 }
 
+/// Builder-style setters: each returns the config with one setting
+/// changed (the fields stay public; the config is `#[non_exhaustive]`, so
+/// build it from [`Default`] or its constructor, then these).
+impl ConsumerConfig {
+    /// Sets `isolation` (see the field).
+    #[must_use]
+    pub fn with_isolation(mut self, value: IsolationLevel) -> Self {
+        self.isolation = value;
+        self
+    }
+
+    /// Sets `max_wait` (see the field).
+    #[must_use]
+    pub fn with_max_wait(mut self, value: Duration) -> Self {
+        self.max_wait = value;
+        self
+    }
+
+    /// Sets `min_bytes`: bytes (see the field).
+    #[must_use]
+    pub fn with_min_bytes(mut self, value: usize) -> Self {
+        self.min_bytes = value;
+        self
+    }
+
+    /// Sets `max_bytes`: bytes (see the field).
+    #[must_use]
+    pub fn with_max_bytes(mut self, value: usize) -> Self {
+        self.max_bytes = value;
+        self
+    }
+
+    /// Sets `partition_max_bytes`: bytes (see the field).
+    #[must_use]
+    pub fn with_partition_max_bytes(mut self, value: usize) -> Self {
+        self.partition_max_bytes = value;
+        self
+    }
+
+    /// Sets `check_crcs` (see the field).
+    #[must_use]
+    pub fn with_check_crcs(mut self, value: bool) -> Self {
+        self.check_crcs = value;
+        self
+    }
+
+    /// Sets `auto_offset_reset` (see the field).
+    #[must_use]
+    pub fn with_auto_offset_reset(mut self, value: Option<Offset>) -> Self {
+        self.auto_offset_reset = value;
+        self
+    }
+
+    /// Sets `max_poll_records` (see the field).
+    #[must_use]
+    pub fn with_max_poll_records(mut self, value: usize) -> Self {
+        self.max_poll_records = value;
+        self
+    }
+
+    /// Sets `max_poll_bytes`: bytes (see the field).
+    #[must_use]
+    pub fn with_max_poll_bytes(mut self, value: usize) -> Self {
+        self.max_poll_bytes = value;
+        self
+    }
+
+    /// Sets `max_batch_inflate`: bytes (see the field).
+    #[must_use]
+    pub fn with_max_batch_inflate(mut self, value: usize) -> Self {
+        self.max_batch_inflate = value;
+        self
+    }
+
+    /// Sets `fetch_sessions` (see the field).
+    #[must_use]
+    pub fn with_fetch_sessions(mut self, value: bool) -> Self {
+        self.fetch_sessions = value;
+        self
+    }
+
+    /// Sets `max_throttle` (see the field).
+    #[must_use]
+    pub fn with_max_throttle(mut self, value: Duration) -> Self {
+        self.max_throttle = value;
+        self
+    }
+
+    /// Sets `client_rack` (see the field).
+    #[must_use]
+    pub fn with_client_rack(mut self, value: impl Into<String>) -> Self {
+        self.client_rack = Some(value.into());
+        self
+    }
+
+    /// Sets `preferred_replica_max_age` (see the field).
+    #[must_use]
+    pub fn with_preferred_replica_max_age(mut self, value: Duration) -> Self {
+        self.preferred_replica_max_age = value;
+        self
+    }
+}
+
 impl ConsumerConfig {
     fn fetcher_config(&self) -> FetcherConfig {
         FetcherConfig {
             isolation: self.isolation,
             check_crcs: self.check_crcs,
-            partition_max_bytes: self.partition_max_bytes,
+            partition_max_bytes: wire_bytes(self.partition_max_bytes),
             max_batch_inflate: self.max_batch_inflate,
             auto_reset: self.auto_offset_reset.is_some(),
             sessions: self.fetch_sessions,
@@ -193,17 +298,26 @@ impl ConsumerConfig {
                 message: "must name a rack (leave it unset to fetch from leaders)".to_owned(),
             });
         }
-        if self.partition_max_bytes <= 0 || self.max_bytes <= 0 {
-            return Err(Error::Config {
-                option: "max.partition.fetch.bytes / fetch.max.bytes",
-                message: format!(
-                    "must be positive, not {} / {}",
-                    self.partition_max_bytes, self.max_bytes
-                ),
-            });
+        for (option, v, min) in [
+            ("fetch.min.bytes", self.min_bytes, 0),
+            ("fetch.max.bytes", self.max_bytes, 1),
+            ("max.partition.fetch.bytes", self.partition_max_bytes, 1),
+        ] {
+            if v < min || v > i32::MAX as usize {
+                return Err(Error::Config {
+                    option,
+                    message: format!("{v} is not in {min}..={}", i32::MAX),
+                });
+            }
         }
         Ok(())
     }
+}
+
+/// A byte size as the protocol's `int32` field (validated to fit; clamped
+/// for safety).
+fn wire_bytes(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
 }
 
 /// When the next fetch to one broker may go.
@@ -870,8 +984,8 @@ impl Consumer {
                 broker,
                 &partitions,
                 max_wait,
-                self.config.min_bytes,
-                self.config.max_bytes,
+                wire_bytes(self.config.min_bytes),
+                wire_bytes(self.config.max_bytes),
             ) else {
                 continue;
             };

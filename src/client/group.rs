@@ -31,6 +31,7 @@ use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 
 use super::cluster::Cluster;
 use super::connection::BrokerConnection;
+use super::topic_partition::TopicPartitionOffset;
 use crate::error::{BrokerRef, Error, Result};
 
 /// FindCoordinator key type of a consumer group (1 is a transactional id).
@@ -89,17 +90,18 @@ impl GroupOffsets {
         }
     }
 
-    /// Commits `offsets` (topic, partition, next offset to consume, metadata).
-    /// Every partition must be accepted; the first refusal is the error.
-    pub async fn commit(&self, offsets: &[(&str, i32, i64, Option<&str>)]) -> Result<()> {
+    /// Commits `offsets` (each the next offset to consume, with optional
+    /// metadata). Every partition must be accepted; the first refusal is the
+    /// error.
+    pub async fn commit(&self, offsets: &[TopicPartitionOffset]) -> Result<()> {
         let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
-        for &(topic, partition, offset, metadata) in offsets {
+        for o in offsets {
             let mut p = OffsetCommitRequestPartition::default();
-            p.partition_index = partition;
-            p.committed_offset = offset;
+            p.partition_index = o.partition;
+            p.committed_offset = o.offset;
             p.committed_leader_epoch = -1;
-            p.committed_metadata = metadata.map(|m| StrBytes::from_string(m.to_owned()));
-            by_topic.entry(topic).or_default().push(p);
+            p.committed_metadata = o.metadata.as_ref().map(|m| StrBytes::from_string(m.clone()));
+            by_topic.entry(o.topic.as_str()).or_default().push(p);
         }
         let mut request = OffsetCommitRequest::default();
         request.group_id = GroupId(StrBytes::from_string(self.group_id.clone()));

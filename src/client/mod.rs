@@ -14,10 +14,14 @@
 //! - [`producer`]: the idempotent producer.
 //! - [`consumer`]: manual assignment, seek (offset, earliest, latest, timestamp), batched poll, read_committed.
 //! - [`group`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
-//! - [`txn`]: the transactional producer (KIP-98, KIP-890 aware).
+//! - [`txn`]: the transactional producer (KIP-98, KIP-890 aware) and its [`Transaction`] guard.
+//! - [`TopicPartition`], [`TopicPartitionOffset`]: named partitions and offsets.
 //! - [`txn_admin`]: DescribeTransactions and ListTransactions (KIP-664).
 //! - [`properties`]: librdkafka's and Java's property names → these configurations.
 //! - [`resolver`]: in-doubt resolution of an orphaned transaction from a [`ResumeHandle`].
+
+// Every public item of the client is documented (issue 16).
+#![deny(missing_docs)]
 
 use std::time::Duration;
 
@@ -38,6 +42,7 @@ pub mod resolver;
 pub mod sasl;
 mod sender;
 pub mod tls;
+mod topic_partition;
 pub mod txn;
 pub mod txn_admin;
 
@@ -52,7 +57,8 @@ pub use producer::{Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, Pr
 pub use properties::ClientProperties;
 pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
 pub use tls::{TlsConfig, TlsConnector};
-pub use txn::{TransactionVersion, TransactionalProducer, TxnConfig};
+pub use topic_partition::{TopicPartition, TopicPartitionOffset};
+pub use txn::{Transaction, TransactionVersion, TransactionalProducer, TxnConfig};
 pub use txn_admin::{ListTransactionsFilter, TransactionDescription, TransactionListing, TransactionState};
 
 use crate::error::{Error, Result};
@@ -130,12 +136,15 @@ impl std::str::FromStr for SecurityProtocol {
 pub struct SaslConfig {
     /// The one mechanism to use; there is no fallback to another.
     pub mechanism: SaslMechanism,
+    /// The SASL username.
     pub username: String,
+    /// The password (Debug prints `***`).
     pub password: Secret,
 }
 
 /// How to reach the cluster and how long to wait for it.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ClientConfig {
     /// Bootstrap brokers, `host:port` each.
     pub bootstrap: Vec<String>,
@@ -197,6 +206,88 @@ impl Default for ClientConfig {
             debug: false,
             metric_prefix: crate::metrics::DEFAULT_PREFIX.into(),
         }
+    }
+}
+
+/// Builder-style setters: each returns the config with one setting
+/// changed (the fields stay public; the config is `#[non_exhaustive]`, so
+/// build it from [`Default`] or its constructor, then these).
+impl ClientConfig {
+    /// Sets `client_id` (see the field).
+    #[must_use]
+    pub fn with_client_id(mut self, value: impl Into<String>) -> Self {
+        self.client_id = value.into();
+        self
+    }
+
+    /// Sets `connect_timeout` (see the field).
+    #[must_use]
+    pub fn with_connect_timeout(mut self, value: Duration) -> Self {
+        self.connect_timeout = value;
+        self
+    }
+
+    /// Sets `request_timeout` (see the field).
+    #[must_use]
+    pub fn with_request_timeout(mut self, value: Duration) -> Self {
+        self.request_timeout = value;
+        self
+    }
+
+    /// Sets `max_frame_size`: bytes (see the field).
+    #[must_use]
+    pub fn with_max_frame_size(mut self, value: usize) -> Self {
+        self.max_frame_size = value;
+        self
+    }
+
+    /// Sets `security_protocol` (see the field).
+    #[must_use]
+    pub fn with_security_protocol(mut self, value: SecurityProtocol) -> Self {
+        self.security_protocol = value;
+        self
+    }
+
+    /// Sets `connections_max_idle` (see the field).
+    #[must_use]
+    pub fn with_connections_max_idle(mut self, value: Duration) -> Self {
+        self.connections_max_idle = value;
+        self
+    }
+
+    /// Sets `retry_backoff` (see the field).
+    #[must_use]
+    pub fn with_retry_backoff(mut self, value: Duration) -> Self {
+        self.retry_backoff = value;
+        self
+    }
+
+    /// Sets `retry_backoff_max` (see the field).
+    #[must_use]
+    pub fn with_retry_backoff_max(mut self, value: Duration) -> Self {
+        self.retry_backoff_max = value;
+        self
+    }
+
+    /// Sets `metadata_max_wait` (see the field).
+    #[must_use]
+    pub fn with_metadata_max_wait(mut self, value: Duration) -> Self {
+        self.metadata_max_wait = value;
+        self
+    }
+
+    /// Sets `debug` (see the field).
+    #[must_use]
+    pub fn with_debug(mut self, value: bool) -> Self {
+        self.debug = value;
+        self
+    }
+
+    /// Sets `metric_prefix` (see the field).
+    #[must_use]
+    pub fn with_metric_prefix(mut self, value: impl Into<String>) -> Self {
+        self.metric_prefix = value.into();
+        self
     }
 }
 

@@ -87,10 +87,13 @@ impl std::str::FromStr for Acks {
 
 /// Producer settings. Names follow the Java client's.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ProducerConfig {
+    /// `acks`: how many replicas must have a record before it counts as delivered (default all).
     pub acks: Acks,
     /// `enable.idempotence`; needs `acks = all`.
     pub idempotent: bool,
+    /// `compression.type` of the batches (default none).
     pub compression: Compression,
     /// `linger.ms`: how long a batch waits for more records.
     pub linger: Duration,
@@ -141,6 +144,88 @@ impl Default for ProducerConfig {
     }
 }
 
+/// Builder-style setters: each returns the config with one setting
+/// changed (the fields stay public; the config is `#[non_exhaustive]`, so
+/// build it from [`Default`] or its constructor, then these).
+impl ProducerConfig {
+    /// Sets `acks` (see the field).
+    #[must_use]
+    pub fn with_acks(mut self, value: Acks) -> Self {
+        self.acks = value;
+        self
+    }
+
+    /// Sets `idempotent` (see the field).
+    #[must_use]
+    pub fn with_idempotent(mut self, value: bool) -> Self {
+        self.idempotent = value;
+        self
+    }
+
+    /// Sets `compression` (see the field).
+    #[must_use]
+    pub fn with_compression(mut self, value: Compression) -> Self {
+        self.compression = value;
+        self
+    }
+
+    /// Sets `linger` (see the field).
+    #[must_use]
+    pub fn with_linger(mut self, value: Duration) -> Self {
+        self.linger = value;
+        self
+    }
+
+    /// Sets `batch_size`: bytes (see the field).
+    #[must_use]
+    pub fn with_batch_size(mut self, value: usize) -> Self {
+        self.batch_size = value;
+        self
+    }
+
+    /// Sets `buffer_memory`: bytes (see the field).
+    #[must_use]
+    pub fn with_buffer_memory(mut self, value: usize) -> Self {
+        self.buffer_memory = value;
+        self
+    }
+
+    /// Sets `max_record_size`: bytes (see the field).
+    #[must_use]
+    pub fn with_max_record_size(mut self, value: usize) -> Self {
+        self.max_record_size = value;
+        self
+    }
+
+    /// Sets `ack_timeout` (see the field).
+    #[must_use]
+    pub fn with_ack_timeout(mut self, value: Duration) -> Self {
+        self.ack_timeout = value;
+        self
+    }
+
+    /// Sets `delivery_timeout` (see the field).
+    #[must_use]
+    pub fn with_delivery_timeout(mut self, value: Duration) -> Self {
+        self.delivery_timeout = value;
+        self
+    }
+
+    /// Sets `max_in_flight` (see the field).
+    #[must_use]
+    pub fn with_max_in_flight(mut self, value: usize) -> Self {
+        self.max_in_flight = value;
+        self
+    }
+
+    /// Sets `allow_auto_create_topics` (see the field).
+    #[must_use]
+    pub fn with_allow_auto_create_topics(mut self, value: bool) -> Self {
+        self.allow_auto_create_topics = value;
+        self
+    }
+}
+
 /// A record to send.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProducerRecord {
@@ -151,7 +236,9 @@ pub struct ProducerRecord {
     /// An explicit partition; otherwise keyed records hash (murmur2) and
     /// unkeyed ones stick to a partition per batch.
     pub partition: Option<i32>,
+    /// The key (`None`: null).
     pub key: Option<Bytes>,
+    /// The value (`None`: null, a tombstone).
     pub value: Option<Bytes>,
     /// Header keys are strings; values may be null.
     pub headers: Vec<(String, Option<Bytes>)>,
@@ -208,6 +295,7 @@ impl ProducerRecord {
 /// What names a topic in a [`ProducerRecord`]: `&str`, `String`,
 /// `&String`, or (no allocation per record) a clone of an `Arc<str>`.
 pub trait IntoTopic {
+    /// The topic's name as the shared string a record holds.
     fn into_topic(self) -> Arc<str>;
 }
 
@@ -244,7 +332,9 @@ impl IntoTopic for &String {
 /// Where a record landed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeliveryReport {
+    /// The record's topic.
     pub topic: Arc<str>,
+    /// The partition it was written to.
     pub partition: i32,
     /// The record's offset; -1 with `acks = 0` (or for a duplicate the broker
     /// had already written, where older brokers give no offset).
@@ -257,7 +347,9 @@ pub struct DeliveryReport {
 /// The producer id and epoch of an idempotent producer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerIdentity {
+    /// The producer id the broker assigned.
     pub producer_id: i64,
+    /// The epoch of that id.
     pub producer_epoch: i16,
 }
 

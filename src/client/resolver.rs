@@ -47,11 +47,13 @@ use crate::error::{Error, Result, TlsFailure};
 /// The identity of one (possibly orphaned) transaction. Holds no secret.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ResumeHandle {
+    /// The transactional id.
     pub transactional_id: String,
     /// -1 when no identity was captured.
     pub producer_id: i64,
     /// -1 when no identity was captured.
     pub producer_epoch: i16,
+    /// The transaction protocol it ran under.
     pub transaction_version: TransactionVersion,
 }
 
@@ -160,7 +162,9 @@ fn percent_decode(s: &str) -> Option<String> {
 /// What to do with the transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
+    /// Commit the transaction (EndTxn commit).
     Commit,
+    /// Abort it (EndTxn abort).
     Abort,
 }
 
@@ -211,26 +215,39 @@ pub enum CommitProof {
     Acknowledged,
     /// EndTxn answered this code, and DescribeTransactions then showed the
     /// commit under the handle's producer id.
-    Described { answer: KafkaCode, state: TransactionState },
+    Described {
+        /// What EndTxn answered.
+        answer: KafkaCode,
+        /// The state DescribeTransactions showed.
+        state: TransactionState,
+    },
 }
 
 /// The outcome of [`Resolver::resolve`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// The transaction is committed (by this call or before it).
     Committed {
+        /// How the commit was proven.
         proof: CommitProof,
     },
+    /// A definite answer: these records are not, and will not be,
+    /// committed by this handle.
     NotCommitted {
+        /// Why.
         reason: NotCommittedReason,
+        /// The coordinator's answer, for the log.
         detail: String,
     },
     /// Every attempt failed in transport; nothing is known.
     Unreachable {
+        /// The last transport failure.
         detail: String,
     },
 }
 
 impl Verdict {
+    /// Whether the transaction is committed.
     pub fn is_committed(&self) -> bool {
         matches!(self, Verdict::Committed { .. })
     }
@@ -264,19 +281,27 @@ pub struct Resolver {
     coordinator_bound: Duration,
 }
 
-/// Environment variables [`Resolver::from_env`] reads.
+/// Environment variables [`Resolver::from_env`] reads: the SASL mechanism.
 pub const ENV_SASL_MECHANISM: &str = "CLINK_KAFKA_RESUME_SASL_MECHANISM";
+/// The SASL username.
 pub const ENV_SASL_USERNAME: &str = "CLINK_KAFKA_RESUME_SASL_USERNAME";
+/// The SASL password (never logged).
 pub const ENV_SASL_PASSWORD: &str = "CLINK_KAFKA_RESUME_SASL_PASSWORD";
+/// A PEM CA file: with it every connection is TLS.
 pub const ENV_TLS_CA: &str = "CLINK_KAFKA_RESUME_TLS_CA";
+/// A PEM client certificate (mTLS).
 pub const ENV_TLS_CERT: &str = "CLINK_KAFKA_RESUME_TLS_CERT";
+/// The client certificate's PEM key.
 pub const ENV_TLS_KEY: &str = "CLINK_KAFKA_RESUME_TLS_KEY";
 
 /// The TLS part of the resume environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ResumeTlsEnv {
+    /// `CLINK_KAFKA_RESUME_TLS_CA`.
     pub ca: Option<String>,
+    /// `CLINK_KAFKA_RESUME_TLS_CERT`.
     pub cert: Option<String>,
+    /// `CLINK_KAFKA_RESUME_TLS_KEY`.
     pub key: Option<String>,
 }
 

@@ -41,13 +41,19 @@ use tokio_rustls::client::TlsStream;
 
 use crate::error::{BrokerRef, Error, Result, TlsFailure};
 
-/// Option names used in errors (librdkafka's names for the same PEM files).
+/// Option names used in errors (librdkafka's names for the same PEM files): the CA.
 pub const OPT_CA: &str = "ssl.ca.location";
+/// The client certificate's option name.
 pub const OPT_CERT: &str = "ssl.certificate.location";
+/// The client key's option name.
 pub const OPT_KEY: &str = "ssl.key.location";
+/// The client key password's option name.
 pub const OPT_KEY_PASSWORD: &str = "ssl.key.password";
+/// The hostname-verification switch's option name.
 pub const OPT_HOSTNAME: &str = "ssl.endpoint.identification.algorithm";
+/// The skip-verification switch's option name.
 pub const OPT_INSECURE: &str = "tls.insecure.skip.verify";
+/// The server-name override's option name.
 pub const OPT_SERVER_NAME: &str = "tls.server.name";
 
 /// TLS settings. All empty by default: the broker is verified against the
@@ -57,6 +63,7 @@ pub const OPT_SERVER_NAME: &str = "tls.server.name";
 /// plaintext protocol, any of it is a configuration error (see
 /// [`super::ClientConfig::validate`]).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct TlsConfig {
     /// PEM file with one or more CA certificates to trust (`ssl.ca.location`).
     /// `None`: the Mozilla roots from `webpki-roots`.
@@ -94,6 +101,60 @@ impl Default for TlsConfig {
             insecure_skip_verify: false,
             server_name: None,
         }
+    }
+}
+
+/// Builder-style setters: each returns the config with one setting
+/// changed (the fields stay public; the config is `#[non_exhaustive]`, so
+/// build it from [`Default`] or its constructor, then these).
+impl TlsConfig {
+    /// Sets `ca_file` (see the field).
+    #[must_use]
+    pub fn with_ca_file(mut self, value: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(value.into());
+        self
+    }
+
+    /// Sets `cert_file` (see the field).
+    #[must_use]
+    pub fn with_cert_file(mut self, value: impl Into<PathBuf>) -> Self {
+        self.cert_file = Some(value.into());
+        self
+    }
+
+    /// Sets `key_file` (see the field).
+    #[must_use]
+    pub fn with_key_file(mut self, value: impl Into<PathBuf>) -> Self {
+        self.key_file = Some(value.into());
+        self
+    }
+
+    /// Sets `key_password` (see the field).
+    #[must_use]
+    pub fn with_key_password(mut self, value: impl Into<Secret>) -> Self {
+        self.key_password = Some(value.into());
+        self
+    }
+
+    /// Sets `hostname_verification` (see the field).
+    #[must_use]
+    pub fn with_hostname_verification(mut self, value: bool) -> Self {
+        self.hostname_verification = value;
+        self
+    }
+
+    /// Sets `insecure_skip_verify` (see the field).
+    #[must_use]
+    pub fn with_insecure_skip_verify(mut self, value: bool) -> Self {
+        self.insecure_skip_verify = value;
+        self
+    }
+
+    /// Sets `server_name` (see the field).
+    #[must_use]
+    pub fn with_server_name(mut self, value: impl Into<String>) -> Self {
+        self.server_name = Some(value.into());
+        self
     }
 }
 

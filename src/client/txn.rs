@@ -48,6 +48,7 @@ use super::producer::{
     DeliveryFuture, PartitionRegistrar, Producer, ProducerConfig, ProducerIdentity, ProducerRecord, TransactionalSend,
 };
 use super::resolver::ResumeHandle;
+use super::topic_partition::TopicPartitionOffset;
 use crate::error::{BrokerRef, Error, Result};
 
 /// FindCoordinator key type of a transactional id.
@@ -162,6 +163,7 @@ pub(crate) async fn broker_transaction_version(conn: &BrokerConnection) -> Resul
 
 /// Transactional settings.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct TxnConfig {
     /// `transactional.id`: the identity that survives producer restarts.
     pub transactional_id: String,
@@ -186,6 +188,18 @@ impl TxnConfig {
     /// Sets `transaction.timeout.ms`.
     pub fn with_transaction_timeout(mut self, timeout: Duration) -> Self {
         self.transaction_timeout = timeout;
+        self
+    }
+}
+
+/// Builder-style setters: each returns the config with one setting
+/// changed (the fields stay public; the config is `#[non_exhaustive]`, so
+/// build it from [`Default`] or its constructor, then these).
+impl TxnConfig {
+    /// Sets `max_block` (see the field).
+    #[must_use]
+    pub fn with_max_block(mut self, value: Duration) -> Self {
+        self.max_block = value;
         self
     }
 }
@@ -391,8 +405,13 @@ enum Phase {
     Ready,
     /// `begin` was called. `records` once a record was queued, `offsets`
     /// once offsets were added: only then may the coordinator know of the
-    /// transaction.
-    Open { records: bool, offsets: bool },
+    /// transaction. `commit_sent` once an EndTxn(commit) was sent: from
+    /// then on only a commit may end it.
+    Open {
+        records: bool,
+        offsets: bool,
+        commit_sent: bool,
+    },
 }
 
 /// What the producer's background tasks and the API share.
@@ -550,14 +569,31 @@ impl PartitionRegistrar for Registrar {
     }
 }
 
-/// A transactional producer: `init`, then `begin` / `send` … / `commit` or
-/// `abort`, repeatedly. Records become visible to `read_committed` readers
-/// only when their transaction commits.
+/// A transactional producer: `init`, then [`begin`](Self::begin) →
+/// [`Transaction`]: `send` … / `commit` or `abort`, repeatedly. Records
+/// become visible to `read_committed` readers only when their transaction
+/// commits.
 ///
-/// Calls that change the transaction (`begin`, `commit`, `abort`,
-/// `send_offsets_to_transaction`) take `&self` but must not race each other;
-/// `send` may be called concurrently from several tasks inside an open
-/// transaction.
+/// A producer has one transaction at a time, and the types say so:
+/// `begin` takes `&mut self` and returns a [`Transaction`] that borrows the
+/// producer until `commit(self)` or `abort(self)` consumes it, so nothing
+/// can begin, commit or abort concurrently. `send` takes `&self` on the
+/// transaction and may be called concurrently from several tasks inside it.
+///
+/// ```no_run
+/// # async fn run() -> clink_kafka::Result<()> {
+/// use clink_kafka::client::{ClientConfig, Cluster, ProducerConfig, ProducerRecord, TransactionalProducer, TxnConfig};
+///
+/// let cluster = Cluster::connect(ClientConfig::new("127.0.0.1:9092")).await?;
+/// let mut producer =
+///     TransactionalProducer::init(cluster, ProducerConfig::default(), TxnConfig::new("my-txn-id")).await?;
+/// let txn = producer.begin().await?;
+/// txn.send(ProducerRecord::new("out", "hello")).await?;
+/// txn.commit().await?;
+/// producer.close().await?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct TransactionalProducer {
     core: Arc<TxnCore>,
     producer: Producer,
@@ -704,13 +740,47 @@ impl TransactionalProducer {
         }
     }
 
-    /// Opens a transaction (locally; the coordinator learns of it with the
-    /// first record or offsets).
+    /// Opens a transaction and returns its guard (locally; the coordinator
+    /// learns of it with the first record or offsets).
+    ///
+    /// A transaction whose [`Transaction`] was dropped without `commit` or
+    /// `abort` is still open here: `begin` ends it first. It aborts it,
+    /// unless a dropped or failed `commit` may already have reached the
+    /// coordinator (its EndTxn was sent): then it completes that commit
+    /// (the coordinator answers a repeated EndTxn for a transaction it
+    /// committed with success), because an abort would be refused. An error
+    /// there is returned and the transaction stays open (call `begin`
+    /// again, or take it back with [`resume`](Self::resume)).
     ///
     /// # Cancel safety
     ///
-    /// Not async: there is nothing to cancel. It only changes local state.
-    pub fn begin(&self) -> Result<()> {
+    /// Cancel safe: the only await is ending a dropped transaction, whose
+    /// state lives in `self` (as [`Transaction::commit`]).
+    pub async fn begin(&mut self) -> Result<Transaction<'_>> {
+        let open = match *self.phase.lock().expect("phase lock") {
+            Phase::Open { commit_sent, .. } => Some(commit_sent),
+            Phase::Ready => None,
+        };
+        if let Some(commit) = open {
+            tracing::debug!(transactional_id = %self.core.config.transactional_id, commit,
+                "begin: ending the transaction a dropped guard left open");
+            self.end_measured(commit).await?;
+        }
+        self.open_transaction()?;
+        Ok(Transaction { producer: self })
+    }
+
+    /// The guard of the open transaction, if one is open (its
+    /// [`Transaction`] was dropped, or a `commit` / `abort` failed or was
+    /// cancelled): to retry the commit after a dropped `commit`, or to go on.
+    pub fn resume(&mut self) -> Option<Transaction<'_>> {
+        let open = matches!(*self.phase.lock().expect("phase lock"), Phase::Open { .. });
+        open.then_some(Transaction { producer: self })
+    }
+
+    /// Opens a transaction without a guard (the connector's backend, which
+    /// keeps the producer in a struct and serialises its calls with `&mut`).
+    pub(crate) fn open_transaction(&self) -> Result<()> {
         self.check()?;
         let mut phase = self.phase.lock().expect("phase lock");
         if *phase != Phase::Ready {
@@ -721,6 +791,7 @@ impl TransactionalProducer {
         *phase = Phase::Open {
             records: false,
             offsets: false,
+            commit_sent: false,
         };
         Ok(())
     }
@@ -732,7 +803,7 @@ impl TransactionalProducer {
     ///
     /// This method is cancel safe, as [`Producer::send`]: the record is part
     /// of the transaction only if the call returned `Ok`.
-    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+    pub(crate) async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         self.check()?;
         if *self.phase.lock().expect("phase lock") == Phase::Ready {
             return Err(self.invalid_state("send: no open transaction (call begin first)"));
@@ -752,7 +823,7 @@ impl TransactionalProducer {
     ///
     /// This method is cancel safe: it only waits ([`Producer::flush`]); a
     /// failure it has not yet reported stays kept for `commit`.
-    pub async fn flush(&self, timeout: Duration) -> Result<()> {
+    pub(crate) async fn flush(&self, timeout: Duration) -> Result<()> {
         self.check()?;
         self.producer
             .flush(timeout)
@@ -785,7 +856,11 @@ impl TransactionalProducer {
     /// Not cancel safe: a dropped call may or may not have added the
     /// offsets to the transaction. Call it again with the same offsets (the
     /// coordinator keeps the last ones given), or abort.
-    pub async fn send_offsets_to_transaction(&self, group_id: &str, offsets: &[(&str, i32, i64)]) -> Result<()> {
+    pub(crate) async fn send_offsets_to_transaction(
+        &self,
+        group_id: &str,
+        offsets: &[TopicPartitionOffset],
+    ) -> Result<()> {
         self.check()?;
         if *self.phase.lock().expect("phase lock") == Phase::Ready {
             return Err(self.invalid_state("send_offsets_to_transaction: no open transaction"));
@@ -823,12 +898,15 @@ impl TransactionalProducer {
                 .map_err(|e| core.check_fatal(e))?;
         }
         let mut by_topic: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
-        for &(topic, partition, offset) in offsets {
+        for o in offsets {
             let mut p = TxnOffsetCommitRequestPartition::default();
-            p.partition_index = partition;
-            p.committed_offset = offset;
+            p.partition_index = o.partition;
+            p.committed_offset = o.offset;
             p.committed_leader_epoch = -1;
-            by_topic.entry(topic).or_default().push(p);
+            if let Some(m) = &o.metadata {
+                p.committed_metadata = Some(StrBytes::from_string(m.clone()));
+            }
+            by_topic.entry(o.topic.as_str()).or_default().push(p);
         }
         let topics: Vec<TxnOffsetCommitRequestTopic> = by_topic
             .into_iter()
@@ -883,39 +961,22 @@ impl TransactionalProducer {
         }
     }
 
-    /// Flushes, then commits the open transaction (EndTxn). Under V2 the
-    /// coordinator's bumped identity is taken for the next transaction.
-    ///
-    /// # Cancel safety
-    ///
-    /// This method is cancel safe in the sense that matters for a
-    /// transaction: every piece of state lives in `self` and is changed only
-    /// after the coordinator's answer, so a dropped `commit` leaves the
-    /// transaction open here (it may or may not have committed at the
-    /// coordinator). Call `commit` again: the coordinator answers a repeated
-    /// EndTxn for a transaction it already committed with success (under V2
-    /// with the bumped epoch), so the transaction ends exactly once. Do not
-    /// switch to `abort` after a dropped `commit`: if the commit went through,
-    /// the abort is refused. Tested by dropping it at a sweep of points
-    /// (`tests/producer_cancel.rs`).
-    pub async fn commit(&self) -> Result<()> {
-        let begun = std::time::Instant::now();
-        self.end(true).await?;
-        self.core.metrics.ended(true, begun.elapsed());
-        Ok(())
+    /// Commits the open transaction (the backend's unguarded path; see
+    /// [`Transaction::commit`]).
+    pub(crate) async fn commit(&self) -> Result<()> {
+        self.end_measured(true).await
     }
 
-    /// Flushes what is buffered, then aborts the open transaction. Records
-    /// that failed to deliver do not stop an abort.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe as [`commit`](Self::commit): after a dropped `abort`,
-    /// call `abort` again.
-    pub async fn abort(&self) -> Result<()> {
+    /// Aborts the open transaction (the backend's unguarded path; see
+    /// [`Transaction::abort`]).
+    pub(crate) async fn abort(&self) -> Result<()> {
+        self.end_measured(false).await
+    }
+
+    async fn end_measured(&self, commit: bool) -> Result<()> {
         let begun = std::time::Instant::now();
-        self.end(false).await?;
-        self.core.metrics.ended(false, begun.elapsed());
+        self.end(commit).await?;
+        self.core.metrics.ended(commit, begun.elapsed());
         Ok(())
     }
 
@@ -923,7 +984,7 @@ impl TransactionalProducer {
         self.check()?;
         let what = if commit { "commit" } else { "abort" };
         let (records, offsets) = match &*self.phase.lock().expect("phase lock") {
-            Phase::Open { records, offsets } => (*records, *offsets),
+            Phase::Open { records, offsets, .. } => (*records, *offsets),
             Phase::Ready => return Err(self.invalid_state(&format!("{what}: no open transaction"))),
         };
         let flushed = self.flush(self.core.config.transaction_timeout).await;
@@ -945,6 +1006,11 @@ impl TransactionalProducer {
             // The coordinator never heard of this transaction: nothing to end.
             *self.phase.lock().expect("phase lock") = Phase::Ready;
             return Ok(());
+        }
+        if commit {
+            if let Phase::Open { commit_sent, .. } = &mut *self.phase.lock().expect("phase lock") {
+                *commit_sent = true;
+            }
         }
         let core = &self.core;
         let id = &core.config.transactional_id;
@@ -973,17 +1039,128 @@ impl TransactionalProducer {
         Ok(())
     }
 
-    /// Aborts an open transaction, if any, then closes the producer.
+    /// Ends an open transaction, if any (aborts it, or completes a commit
+    /// whose EndTxn was sent: as [`begin`](Self::begin)), then closes the
+    /// producer.
     ///
     /// # Cancel safety
     ///
     /// Dropping it drops the producer: an open transaction is left to the
     /// coordinator's `transaction.timeout`, which aborts it.
     pub async fn close(self) -> Result<()> {
-        let open = matches!(*self.phase.lock().expect("phase lock"), Phase::Open { .. });
-        if open && self.check().is_ok() {
-            self.abort().await?;
+        let open = match *self.phase.lock().expect("phase lock") {
+            Phase::Open { commit_sent, .. } => Some(commit_sent),
+            Phase::Ready => None,
+        };
+        if let Some(commit) = open.filter(|_| self.check().is_ok()) {
+            self.end_measured(commit).await?;
         }
         self.producer.close(self.core.config.transaction_timeout).await
+    }
+}
+
+/// One open transaction of a [`TransactionalProducer`], from
+/// [`TransactionalProducer::begin`]: `send` … then [`commit`](Self::commit)
+/// or [`abort`](Self::abort), which consume it.
+///
+/// It borrows the producer mutably, so no second transaction, commit or
+/// abort can race it. `send` and `flush` take `&self` and may run
+/// concurrently from several tasks.
+///
+/// # Dropped without `commit` or `abort`
+///
+/// `Drop` cannot await EndTxn, so dropping the guard leaves the
+/// transaction open in the producer (and at the coordinator, if a record
+/// or offsets reached it) and marks nothing else: the next
+/// [`TransactionalProducer::begin`] or [`TransactionalProducer::close`]
+/// aborts it first (or completes a commit whose EndTxn was already sent),
+/// and [`TransactionalProducer::resume`] gives the guard back. A producer
+/// dropped altogether leaves it to the coordinator's
+/// `transaction.timeout`, which aborts it.
+#[must_use = "a transaction dropped without commit or abort is aborted by the next begin"]
+pub struct Transaction<'p> {
+    producer: &'p mut TransactionalProducer,
+}
+
+impl std::fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction").field("producer", &self.producer).finish()
+    }
+}
+
+impl Transaction<'_> {
+    /// Sends `record` inside the transaction. The future resolves when the
+    /// record is written (still invisible to read_committed readers).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, as [`Producer::send`]: the record is part
+    /// of the transaction only if the call returned `Ok`.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        self.producer.send(record).await
+    }
+
+    /// Sends every buffered record and waits for them, bounded by `timeout`.
+    /// A record that failed makes the transaction abort-only: the error is
+    /// returned here (and again by `commit`).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only waits ([`Producer::flush`]); a
+    /// failure it has not yet reported stays kept for `commit`.
+    pub async fn flush(&self, timeout: Duration) -> Result<()> {
+        self.producer.flush(timeout).await
+    }
+
+    /// Adds consumed offsets to the transaction: they are committed for
+    /// `group_id` if and only if the transaction commits (consume →
+    /// transform → produce). Each entry's offset is the next one to consume.
+    /// V1: AddOffsetsToTxn, then TxnOffsetCommit at the group coordinator;
+    /// V2: TxnOffsetCommit v5 alone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a dropped call may or may not have added the
+    /// offsets to the transaction. Call it again with the same offsets (the
+    /// coordinator keeps the last ones given), or abort.
+    pub async fn send_offsets(&mut self, group_id: &str, offsets: &[TopicPartitionOffset]) -> Result<()> {
+        self.producer.send_offsets_to_transaction(group_id, offsets).await
+    }
+
+    /// The identity this transaction runs under, as a handle to stage for
+    /// in-doubt resolution ([`TransactionalProducer::identity`]).
+    pub fn identity(&self) -> ResumeHandle {
+        self.producer.identity()
+    }
+
+    /// Flushes, then commits the transaction (EndTxn). Under V2 the
+    /// coordinator's bumped identity is taken for the next transaction.
+    ///
+    /// # Cancel safety
+    ///
+    /// Every piece of state lives in the producer and changes only after the
+    /// coordinator's answer, so a dropped (or failed) `commit` leaves the
+    /// transaction open there (it may or may not have committed at the
+    /// coordinator). Take it back with [`TransactionalProducer::resume`]
+    /// and call `commit` again: the coordinator answers a repeated EndTxn
+    /// for a transaction it already committed with success (under V2 with
+    /// the bumped epoch), so it ends exactly once; or let the next `begin`
+    /// finish it. Do not switch to `abort` after a dropped `commit`: if the
+    /// commit went through, the abort is refused. Tested by dropping it at a
+    /// sweep of points (`tests/producer_cancel.rs`).
+    pub async fn commit(self) -> Result<()> {
+        self.producer.end_measured(true).await
+    }
+
+    /// Flushes what is buffered, then aborts the transaction. Records that
+    /// failed to deliver do not stop an abort.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`commit`](Self::commit): after a dropped `abort`, take the
+    /// transaction back with [`TransactionalProducer::resume`] and call
+    /// `abort` again.
+    pub async fn abort(self) -> Result<()> {
+        self.producer.end_measured(false).await
     }
 }

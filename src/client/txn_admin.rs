@@ -23,13 +23,21 @@ use crate::error::{Error, Result};
 /// A transaction's state as the coordinator names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TransactionState {
+    /// No transaction open.
     Empty,
+    /// A transaction is open.
     Ongoing,
+    /// EndTxn(commit) accepted; markers being written.
     PrepareCommit,
+    /// EndTxn(abort) accepted (or a timeout); markers being written.
     PrepareAbort,
+    /// The last transaction committed.
     CompleteCommit,
+    /// The last transaction aborted.
     CompleteAbort,
+    /// The transactional id expired.
     Dead,
+    /// A newer producer is fencing this one (aborting its transaction).
     PrepareEpochFence,
     /// A name this client does not know.
     Unknown(String),
@@ -76,10 +84,15 @@ impl std::fmt::Display for TransactionState {
 /// What DescribeTransactions says about one transactional id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransactionDescription {
+    /// The transactional id.
     pub transactional_id: String,
+    /// Its state at the coordinator.
     pub state: TransactionState,
+    /// The producer id the transaction runs under.
     pub producer_id: i64,
+    /// Its epoch.
     pub producer_epoch: i16,
+    /// `transaction.timeout.ms` it was begun with.
     pub transaction_timeout: Duration,
     /// Milliseconds since the epoch; `None` when no transaction has started.
     pub start_time_ms: Option<i64>,
@@ -90,8 +103,11 @@ pub struct TransactionDescription {
 /// One row of ListTransactions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransactionListing {
+    /// The transactional id.
     pub transactional_id: String,
+    /// The producer id.
     pub producer_id: i64,
+    /// Its state at the coordinator.
     pub state: TransactionState,
 }
 

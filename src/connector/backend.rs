@@ -431,7 +431,7 @@ impl TransactionalProducerBackend for NativeTransactionalProducer {
     }
 
     fn begin_transaction(&mut self) -> Result<()> {
-        Ok(self.producer()?.begin()?)
+        Ok(self.producer()?.open_transaction()?)
     }
 
     async fn commit_transaction(&mut self, timeout: Duration) -> Result<()> {

@@ -51,6 +51,7 @@ pub mod fuzzing;
 pub mod json_row;
 pub mod options;
 #[cfg(feature = "rdkafka")]
+#[allow(unsafe_code)] // librdkafka FFI; every block carries its safety argument
 pub mod rdkafka;
 pub mod record;
 pub mod registry;

@@ -389,13 +389,16 @@ impl SourceOptions {
             c.max_wait = v;
         }
         if let Some(v) = t.min_bytes {
-            c.min_bytes = v;
+            // Validated positive (i32_in), so it fits.
+            c.min_bytes = usize::try_from(v).unwrap_or(0);
         }
         if let Some(v) = t.max_bytes {
-            c.max_bytes = v;
+            // Validated positive (i32_in), so it fits.
+            c.max_bytes = usize::try_from(v).unwrap_or(0);
         }
         if let Some(v) = t.partition_max_bytes {
-            c.partition_max_bytes = v;
+            // Validated positive (i32_in), so it fits.
+            c.partition_max_bytes = usize::try_from(v).unwrap_or(0);
         }
         if let Some(v) = t.check_crcs {
             c.check_crcs = v;

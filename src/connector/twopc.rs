@@ -102,7 +102,10 @@ const TRANSACTIONAL_ID_NOT_FOUND: KafkaCode = KafkaCode(105);
 
 /// A step inside the sink that a fault-injection harness can stop at (the
 /// `clink-kafka copy` job's `CLINK_KAFKA_FAULT`): nothing observes it
-/// unless a hook is installed with [`set_step_hook`].
+/// unless a hook is installed with [`set_step_hook`]. Only with the cargo
+/// feature `failpoints` (off by default: a build without it has neither the
+/// hook nor the calls).
+#[cfg(feature = "failpoints")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SinkStep {
@@ -114,19 +117,28 @@ pub enum SinkStep {
     AfterResolvedCommit,
 }
 
+#[cfg(feature = "failpoints")]
 static STEP_HOOK: std::sync::OnceLock<fn(SinkStep, u32)> = std::sync::OnceLock::new();
 
 /// Installs the process-wide step hook (once; `false` if one was already
 /// installed). It gets the step and the sink's subtask index. For fault
-/// injection only.
+/// injection only (cargo feature `failpoints`).
+#[cfg(feature = "failpoints")]
 pub fn set_step_hook(hook: fn(SinkStep, u32)) -> bool {
     STEP_HOOK.set(hook).is_ok()
 }
 
-fn step(at: SinkStep, subtask: u32) {
-    if let Some(hook) = STEP_HOOK.get() {
-        hook(at, subtask);
-    }
+/// A fail point (TiKV `fail_point!` style): calls the installed step hook
+/// with the feature `failpoints`, compiles to nothing without it.
+macro_rules! sink_step {
+    ($step:ident, $subtask:expr) => {
+        #[cfg(feature = "failpoints")]
+        {
+            if let Some(hook) = STEP_HOOK.get() {
+                hook(SinkStep::$step, $subtask);
+            }
+        }
+    };
 }
 
 /// What the transactional sink declares.
@@ -987,7 +999,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 .await;
             match verdict {
                 Verdict::Committed { .. } => {
-                    step(SinkStep::AfterResolvedCommit, self.options.subtask_index);
+                    sink_step!(AfterResolvedCommit, self.options.subtask_index);
                     tracing::info!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         "restored prepared transaction committed");
                     self.stats.resolved_over_the_wire += 1;
@@ -1338,7 +1350,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 self.prepared = Some(p);
                 return Err(e);
             }
-            step(SinkStep::AfterEndTxn, self.options.subtask_index);
+            sink_step!(AfterEndTxn, self.options.subtask_index);
             self.stats.transactions_committed += 1;
             self.stats.records_committed += p.records;
             self.series.ok.increment(p.records);

@@ -232,10 +232,7 @@ pub async fn read_committed_until(
     expected: usize,
     settled: bool,
 ) -> Vec<String> {
-    let config = ConsumerConfig {
-        isolation: clink_kafka::client::IsolationLevel::ReadCommitted,
-        ..ConsumerConfig::default()
-    };
+    let config = ConsumerConfig::default().with_isolation(clink_kafka::client::IsolationLevel::ReadCommitted);
     let mut consumer = Consumer::new(cluster.clone(), config);
     let assignment: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
     consumer.assign(&assignment);
@@ -333,18 +330,13 @@ pub fn tls() -> Option<TlsEnv> {
 impl TlsEnv {
     /// Trusting our CA, no client certificate.
     pub fn server_auth(&self) -> clink_kafka::client::TlsConfig {
-        clink_kafka::client::TlsConfig {
-            ca_file: Some(self.ca.clone()),
-            ..Default::default()
-        }
+        clink_kafka::client::TlsConfig::default().with_ca_file(self.ca.clone())
     }
 
     /// Trusting our CA, with the client certificate and its plain key.
     pub fn mutual(&self) -> clink_kafka::client::TlsConfig {
-        clink_kafka::client::TlsConfig {
-            cert_file: Some(self.cert.clone()),
-            key_file: Some(self.key.clone()),
-            ..self.server_auth()
-        }
+        self.server_auth()
+            .with_cert_file(self.cert.clone())
+            .with_key_file(self.key.clone())
     }
 }

@@ -83,27 +83,35 @@ impl<'a> Reader<'a> {
         Ok(*out)
     }
 
+    /// Reads an `int8`; `context` names the field in an error.
     pub fn i8(&mut self, context: &'static str) -> Result<i8> {
         Ok(i8::from_be_bytes(self.take::<1>(context)?))
     }
+    /// Reads a `boolean` (any non-zero byte is true).
     pub fn bool(&mut self, context: &'static str) -> Result<bool> {
         Ok(self.i8(context)? != 0)
     }
+    /// Reads a big-endian `int16`.
     pub fn i16(&mut self, context: &'static str) -> Result<i16> {
         Ok(i16::from_be_bytes(self.take::<2>(context)?))
     }
+    /// Reads a big-endian `uint16`.
     pub fn u16(&mut self, context: &'static str) -> Result<u16> {
         Ok(u16::from_be_bytes(self.take::<2>(context)?))
     }
+    /// Reads a big-endian `int32`.
     pub fn i32(&mut self, context: &'static str) -> Result<i32> {
         Ok(i32::from_be_bytes(self.take::<4>(context)?))
     }
+    /// Reads a big-endian `uint32`.
     pub fn u32(&mut self, context: &'static str) -> Result<u32> {
         Ok(u32::from_be_bytes(self.take::<4>(context)?))
     }
+    /// Reads a big-endian `int64`.
     pub fn i64(&mut self, context: &'static str) -> Result<i64> {
         Ok(i64::from_be_bytes(self.take::<8>(context)?))
     }
+    /// Reads a big-endian `float64`.
     pub fn f64(&mut self, context: &'static str) -> Result<f64> {
         Ok(f64::from_be_bytes(self.take::<8>(context)?))
     }

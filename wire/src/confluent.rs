@@ -27,6 +27,9 @@ pub const MAX_MESSAGE_INDEXES: usize = 64;
 /// Why a value is not a Confluent-framed value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+// Variant fields are named for what they hold and described by the
+// variant's doc and its Display message.
+#[allow(missing_docs)]
 pub enum FrameError {
     /// Fewer than the 5 header bytes.
     Truncated { len: usize },
@@ -59,9 +62,11 @@ impl std::error::Error for FrameError {}
 /// A decoded frame, borrowing the payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame<'a> {
+    /// The registry's schema id (big-endian after the magic byte).
     pub schema_id: u32,
     /// The Protobuf message path (empty for Avro and JSON Schema).
     pub message_indexes: Vec<i32>,
+    /// The serialized value after the framing.
     pub payload: &'a [u8],
 }
 

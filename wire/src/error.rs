@@ -14,6 +14,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// the two sides cannot agree on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+// Variant fields are named for what they hold and described by the
+// variant's doc and its Display message.
+#[allow(missing_docs)]
 pub enum Error {
     /// The input ended before a field was complete (inside a frame whose size
     /// is already known, so "need more bytes" no longer applies).

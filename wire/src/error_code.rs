@@ -152,34 +152,61 @@ pub const ERROR_CODES: &[(i16, &str, bool)] = &[
 pub struct KafkaCode(pub i16);
 
 impl KafkaCode {
-    /// No error.
+    /// `NONE` (0): no error.
     pub const NONE: KafkaCode = KafkaCode(0);
+    /// `OFFSET_OUT_OF_RANGE` (1).
     pub const OFFSET_OUT_OF_RANGE: KafkaCode = KafkaCode(1);
+    /// `UNKNOWN_TOPIC_OR_PARTITION` (3).
     pub const UNKNOWN_TOPIC_OR_PARTITION: KafkaCode = KafkaCode(3);
+    /// `LEADER_NOT_AVAILABLE` (5).
     pub const LEADER_NOT_AVAILABLE: KafkaCode = KafkaCode(5);
+    /// `NOT_LEADER_OR_FOLLOWER` (6).
     pub const NOT_LEADER_OR_FOLLOWER: KafkaCode = KafkaCode(6);
+    /// `REQUEST_TIMED_OUT` (7).
     pub const REQUEST_TIMED_OUT: KafkaCode = KafkaCode(7);
+    /// `COORDINATOR_LOAD_IN_PROGRESS` (14).
     pub const COORDINATOR_LOAD_IN_PROGRESS: KafkaCode = KafkaCode(14);
+    /// `COORDINATOR_NOT_AVAILABLE` (15).
     pub const COORDINATOR_NOT_AVAILABLE: KafkaCode = KafkaCode(15);
+    /// `NOT_COORDINATOR` (16).
     pub const NOT_COORDINATOR: KafkaCode = KafkaCode(16);
+    /// `TOPIC_AUTHORIZATION_FAILED` (29).
     pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);
+    /// `UNSUPPORTED_SASL_MECHANISM` (33).
     pub const UNSUPPORTED_SASL_MECHANISM: KafkaCode = KafkaCode(33);
+    /// `UNSUPPORTED_VERSION` (35).
     pub const UNSUPPORTED_VERSION: KafkaCode = KafkaCode(35);
+    /// `TOPIC_ALREADY_EXISTS` (36).
     pub const TOPIC_ALREADY_EXISTS: KafkaCode = KafkaCode(36);
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER` (45).
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: KafkaCode = KafkaCode(45);
+    /// `DUPLICATE_SEQUENCE_NUMBER` (46).
     pub const DUPLICATE_SEQUENCE_NUMBER: KafkaCode = KafkaCode(46);
+    /// `INVALID_PRODUCER_EPOCH` (47).
     pub const INVALID_PRODUCER_EPOCH: KafkaCode = KafkaCode(47);
+    /// `INVALID_TXN_STATE` (48).
     pub const INVALID_TXN_STATE: KafkaCode = KafkaCode(48);
+    /// `INVALID_PRODUCER_ID_MAPPING` (49).
     pub const INVALID_PRODUCER_ID_MAPPING: KafkaCode = KafkaCode(49);
+    /// `CONCURRENT_TRANSACTIONS` (51).
     pub const CONCURRENT_TRANSACTIONS: KafkaCode = KafkaCode(51);
+    /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` (53).
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(53);
+    /// `SASL_AUTHENTICATION_FAILED` (58).
     pub const SASL_AUTHENTICATION_FAILED: KafkaCode = KafkaCode(58);
+    /// `UNKNOWN_PRODUCER_ID` (59).
     pub const UNKNOWN_PRODUCER_ID: KafkaCode = KafkaCode(59);
+    /// `FENCED_LEADER_EPOCH` (74).
     pub const FENCED_LEADER_EPOCH: KafkaCode = KafkaCode(74);
+    /// `UNKNOWN_LEADER_EPOCH` (75).
     pub const UNKNOWN_LEADER_EPOCH: KafkaCode = KafkaCode(75);
+    /// `PRODUCER_FENCED` (90).
     pub const PRODUCER_FENCED: KafkaCode = KafkaCode(90);
+    /// `UNKNOWN_TOPIC_ID` (100).
     pub const UNKNOWN_TOPIC_ID: KafkaCode = KafkaCode(100);
+    /// `TRANSACTIONAL_ID_NOT_FOUND` (105).
     pub const TRANSACTIONAL_ID_NOT_FOUND: KafkaCode = KafkaCode(105);
+    /// `TRANSACTION_ABORTABLE` (120).
     pub const TRANSACTION_ABORTABLE: KafkaCode = KafkaCode(120);
 
     fn entry(self) -> Option<&'static (i16, &'static str, bool)> {

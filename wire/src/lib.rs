@@ -16,6 +16,7 @@
 //! - [`fetcher`]: the consumer's fetch state machine (sessions, bounded polls).
 //! - [`confluent`]: the Schema Registry framing of a value (magic, schema id, Protobuf indexes).
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 // Hostile bytes must give typed errors, never a panic: no unwrap, no
 // indexing that can go out of bounds, no arithmetic that can overflow
 // (tests may do all three).

@@ -26,7 +26,9 @@ use crate::error_code::KafkaCode;
 /// records it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SentBatch<'a> {
+    /// The batch's topic.
     pub topic: &'a str,
+    /// The batch's partition.
     pub partition: i32,
     /// Records in the batch (at least 1).
     pub record_count: i32,
@@ -59,6 +61,9 @@ impl InvalidAnswer {
 /// What happened to one batch of a Produce request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+// Variant fields are named for what they hold and described by the
+// variant's doc and its Display message.
+#[allow(missing_docs)]
 pub enum BatchOutcome {
     /// Written: records got `base_offset ..= base_offset + count - 1`.
     /// `log_append_time` is -1 unless the topic uses `LogAppendTime`.

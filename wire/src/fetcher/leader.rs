@@ -117,7 +117,9 @@ impl ReplicaState {
 /// gone from the new leader's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogTruncation {
+    /// The partition's topic.
     pub topic: Arc<str>,
+    /// The partition index.
     pub partition: i32,
     /// The position (next offset to hand over) before the check.
     pub position: i64,

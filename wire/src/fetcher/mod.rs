@@ -106,7 +106,9 @@ impl IsolationLevel {
 /// A consumed record and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerRecord {
+    /// The topic the record came from.
     pub topic: Arc<str>,
+    /// The partition the record came from.
     pub partition: i32,
     /// Offset, timestamp, key, value, headers (zero-copy `Bytes`).
     pub record: Record,
@@ -146,6 +148,7 @@ pub fn record_size(r: &Record) -> usize {
 /// max bytes — are arguments of [`Fetcher::build_request`]).
 #[derive(Clone, Copy, Debug)]
 pub struct FetcherConfig {
+    /// `isolation.level`: read_committed filters aborted records and stops at the last stable offset.
     pub isolation: IsolationLevel,
     /// `check.crcs`.
     pub check_crcs: bool,
@@ -186,6 +189,9 @@ impl Default for FetcherConfig {
 /// What went wrong for one partition or one response.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
+// Variant fields are named for what they hold and described by the
+// variant's doc and its Display message.
+#[allow(missing_docs)]
 pub enum FetchError {
     /// A batch failed to decode (CRC, codec, inflation cap, truncation).
     #[error("corrupt record data in {topic}[{partition}] at offset {offset}: {source}")]
@@ -409,6 +415,7 @@ enum Drained {
 }
 
 impl Fetcher {
+    /// A fetcher with nothing assigned.
     pub fn new(config: FetcherConfig) -> Self {
         Fetcher {
             config,
@@ -421,6 +428,7 @@ impl Fetcher {
         }
     }
 
+    /// The configuration it runs with.
     pub fn config(&self) -> &FetcherConfig {
         &self.config
     }

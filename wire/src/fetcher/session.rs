@@ -26,8 +26,11 @@ pub const INITIAL_EPOCH: i32 = 0;
 /// last sent (a changed epoch is listed again, as a changed offset is).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SessionPartition {
+    /// The next offset to fetch.
     pub fetch_offset: i64,
+    /// `partition_max_bytes` as sent.
     pub max_bytes: i32,
+    /// The leader epoch sent as `current_leader_epoch` (-1: none).
     pub current_leader_epoch: i32,
 }
 
@@ -47,12 +50,15 @@ pub struct FetchSession {
 /// What one request says about the session.
 #[derive(Clone, Debug)]
 pub(crate) struct SessionPlan {
+    /// The session id the broker gave (0: none yet).
     pub id: i32,
+    /// The next request's session epoch.
     pub epoch: i32,
     /// Partitions to list in the request.
     pub listed: Vec<(Arc<str>, i32, SessionPartition)>,
     /// Partitions to drop from the session (incremental only).
     pub forgotten: Vec<(Arc<str>, i32)>,
+    /// Whether the next request is a full fetch (names every partition).
     pub full: bool,
 }
 

@@ -375,7 +375,9 @@ pub struct RecordRef<'a> {
     /// `LogAppendTime` batches, Kafka's rule is the batch's max timestamp;
     /// see [`RecordBatch`]'s header).
     pub timestamp: i64,
+    /// The record's key (`None`: null).
     pub key: Option<&'a [u8]>,
+    /// The record's value (`None`: null).
     pub value: Option<&'a [u8]>,
     headers_raw: &'a [u8],
     header_count: u32,
@@ -422,10 +424,15 @@ impl<'a> Iterator for HeaderIter<'a> {
 /// An owned record whose byte fields share the batch's buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
+    /// The record's absolute offset.
     pub offset: i64,
+    /// The record's timestamp (ms since the epoch; create or log-append time per the batch).
     pub timestamp: i64,
+    /// The key (`None`: null), a slice of the fetched frame.
     pub key: Option<Bytes>,
+    /// The value (`None`: null, a tombstone), a slice of the fetched frame.
     pub value: Option<Bytes>,
+    /// The record's headers, in order.
     pub headers: Vec<Header>,
 }
 
@@ -435,6 +442,7 @@ pub struct Header {
     /// Header keys are strings in Kafka; kept as bytes, use
     /// `std::str::from_utf8` where text is needed.
     pub key: Bytes,
+    /// The header's value (`None`: null).
     pub value: Option<Bytes>,
 }
 

@@ -16,6 +16,7 @@ use crate::record::TimestampType;
 pub struct BatchMeta {
     /// Producers write 0; the broker assigns real offsets.
     pub base_offset: i64,
+    /// The leader epoch stamped on the batch (-1 from a producer).
     pub partition_leader_epoch: i32,
     /// -1 when not idempotent.
     pub producer_id: i64,
@@ -23,9 +24,13 @@ pub struct BatchMeta {
     pub producer_epoch: i16,
     /// -1 when not idempotent.
     pub base_sequence: i32,
+    /// The codec the records section is compressed with.
     pub compression: Compression,
+    /// Create time or log-append time.
     pub timestamp_type: TimestampType,
+    /// Whether the batch belongs to a transaction.
     pub transactional: bool,
+    /// Whether the batch is a control batch (transaction markers).
     pub control: bool,
 }
 
@@ -64,16 +69,22 @@ impl BatchMeta {
 /// A header to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeaderOut<'a> {
+    /// The header's key.
     pub key: &'a str,
+    /// The header's value (`None`: null).
     pub value: Option<&'a [u8]>,
 }
 
 /// A record to write. Offsets are assigned in order (delta = index).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RecordOut<'a> {
+    /// The record's timestamp (ms since the epoch).
     pub timestamp: i64,
+    /// The key (`None`: null).
     pub key: Option<&'a [u8]>,
+    /// The value (`None`: null, a tombstone).
     pub value: Option<&'a [u8]>,
+    /// The record's headers, in order.
     pub headers: &'a [HeaderOut<'a>],
 }
 

@@ -61,18 +61,31 @@ pub enum TimestampType {
 /// The fixed fields of a v2 batch header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchHeader {
+    /// The offset of the batch's first record.
     pub base_offset: i64,
+    /// Bytes after this field to the batch's end.
     pub batch_length: i32,
+    /// The partition leader's epoch when the batch was appended.
     pub partition_leader_epoch: i32,
+    /// The record batch format (2).
     pub magic: i8,
+    /// CRC-32C of everything after this field.
     pub crc: u32,
+    /// Compression, timestamp type, transactional and control bits.
     pub attributes: i16,
+    /// The offset of the last record relative to `base_offset`.
     pub last_offset_delta: i32,
+    /// The first record's timestamp (records carry deltas from it).
     pub base_timestamp: i64,
+    /// The batch's largest timestamp.
     pub max_timestamp: i64,
+    /// The producer id (-1: not idempotent).
     pub producer_id: i64,
+    /// The producer epoch.
     pub producer_epoch: i16,
+    /// The first record's sequence number (-1: not idempotent).
     pub base_sequence: i32,
+    /// How many records the batch holds.
     pub record_count: i32,
 }
 
@@ -132,6 +145,7 @@ pub enum ControlKind {
 pub struct ControlRecord {
     /// Control key version (0 today).
     pub version: i16,
+    /// Commit or abort.
     pub kind: ControlKind,
     /// From an end-transaction marker's value; `None` for other kinds.
     pub coordinator_epoch: Option<i32>,
