@@ -41,26 +41,25 @@ async fn a_producer_and_consumer_built_from_properties_act_on_them() {
     common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
     let txn = p.transaction.clone().expect("transactional.id makes a TxnConfig");
     assert_eq!(txn.transaction_timeout, Duration::from_secs(30));
-    let producer = TransactionalProducer::init(cluster.clone(), p.producer.clone(), txn)
+    let mut producer = TransactionalProducer::init(cluster.clone(), p.producer.clone(), txn)
         .await
         .expect("init from properties");
     assert_eq!(producer.transactional_id(), transactional_id);
     // One committed transaction of 5, one aborted of 3.
     for (values, commit) in [(0..5, true), (5..8, false)] {
-        producer.begin().unwrap();
+        let txn = producer.begin().await.expect("begin");
         let mut deliveries = Vec::new();
         for i in values {
             deliveries.push(
-                producer
-                    .send(ProducerRecord::new(&topic, format!("v{i}")).with_partition(0))
+                txn.send(ProducerRecord::new(&topic, format!("v{i}")).with_partition(0))
                     .await
                     .unwrap(),
             );
         }
         if commit {
-            producer.commit().await.expect("commit");
+            txn.commit().await.expect("commit");
         } else {
-            producer.abort().await.expect("abort");
+            txn.abort().await.expect("abort");
         }
         drop(deliveries);
     }

@@ -53,7 +53,9 @@ pub use librdkafka::LIBRDKAFKA;
 /// Which table of librdkafka's `CONFIGURATION.md` documents a property.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Section {
+    /// The global properties table.
     Global,
+    /// The topic properties table.
     Topic,
     /// Documented in both (`compression.codec`, `enable.auto.commit`, …).
     Both,
@@ -62,16 +64,22 @@ pub enum Section {
 /// Which client a property is for (librdkafka's `C/P` column).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// Both clients (`*`).
     Any,
+    /// The consumer only (`C`).
     Consumer,
+    /// The producer only (`P`).
     Producer,
 }
 
 /// One row of librdkafka's `CONFIGURATION.md`.
 #[derive(Clone, Copy, Debug)]
 pub struct Documented {
+    /// The property's name, e.g. `linger.ms`.
     pub name: &'static str,
+    /// The table it is documented in.
     pub section: Section,
+    /// The client it is for.
     pub role: Role,
     /// The documented range or values (may be empty).
     pub range: &'static str,
@@ -83,7 +91,9 @@ pub struct Documented {
 /// Java client name or a native extension.
 #[derive(Clone, Copy, Debug)]
 pub struct Extra {
+    /// The property's name.
     pub name: &'static str,
+    /// The client it is for.
     pub role: Role,
     /// Where the name comes from.
     pub origin: &'static str,
@@ -186,6 +196,9 @@ pub const EXTRA: &[Extra] = &[
 /// The native setting an applied property sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
+// Each variant is named after the native config field it sets, which its
+// property in the table documents; one doc line per variant would repeat it.
+#[allow(missing_docs)]
 pub enum Setting {
     Bootstrap,
     ClientId,
@@ -243,12 +256,15 @@ pub enum Setting {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Treatment {
+    /// Applied: sets this native setting.
     Applied(Setting),
     /// Accepted with a warning; the reason says why it changes nothing.
     Ignored(&'static str),
     /// Accepted only at `value`, the native behaviour.
     Fixed {
+        /// The one value accepted.
         value: &'static str,
+        /// Why no other value is.
         reason: &'static str,
     },
     /// librdkafka has it, the native client does not.
@@ -548,6 +564,7 @@ pub fn is_secret(name: &str) -> bool {
 /// One `(name, value)` property: a pair of strings, or a reference to one
 /// (so a slice, an iterator of pairs and a map all serve).
 pub trait PropertyPair {
+    /// The property's name and value.
     fn pair(&self) -> (&str, &str);
 }
 
@@ -566,8 +583,11 @@ impl<T: PropertyPair + ?Sized> PropertyPair for &T {
 /// The configurations one list of properties describes.
 #[derive(Clone, Debug)]
 pub struct ClientProperties {
+    /// The connection settings (brokers, security, timeouts).
     pub client: ClientConfig,
+    /// The consumer's settings.
     pub consumer: ConsumerConfig,
+    /// The producer's settings.
     pub producer: ProducerConfig,
     /// Set by `transactional.id` (with `transaction.timeout.ms`, `max.block.ms`).
     pub transaction: Option<TxnConfig>,
@@ -862,9 +882,9 @@ impl ClientProperties {
                 }
             }
             S::FetchMaxWait => con.max_wait = v.ms(0, 300_000)?,
-            S::FetchMinBytes => con.min_bytes = v.int(1, 100_000_000)? as i32,
-            S::FetchMaxBytes => con.max_bytes = v.int(1024, 2_147_483_135)? as i32,
-            S::PartitionMaxBytes => con.partition_max_bytes = v.int(1, 1_000_000_000)? as i32,
+            S::FetchMinBytes => con.min_bytes = v.int(1, 100_000_000)? as usize,
+            S::FetchMaxBytes => con.max_bytes = v.int(1024, 2_147_483_135)? as usize,
+            S::PartitionMaxBytes => con.partition_max_bytes = v.int(1, 1_000_000_000)? as usize,
             S::CheckCrcs => con.check_crcs = v.bool()?,
             S::Isolation => {
                 con.isolation = match v.value.trim().to_ascii_lowercase().as_str() {
