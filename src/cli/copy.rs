@@ -261,6 +261,15 @@ impl CopySink {
         }
     }
 
+    /// The restore's first pass (resolution, fencing nothing); the
+    /// at-least-once sink has nothing to resolve.
+    async fn resolve_before_open(&mut self) -> clink_kafka::connector::Result<()> {
+        match self {
+            CopySink::ExactlyOnce(s) => s.resolve_before_open().await,
+            CopySink::AtLeastOnce(_) => Ok(()),
+        }
+    }
+
     async fn open_sink(&mut self) -> clink_kafka::connector::Result<()> {
         match self {
             CopySink::ExactlyOnce(s) => s.open_sink().await,
@@ -633,20 +642,36 @@ async fn restore(coordinator: &mut Coordinator, subtasks: &mut [Subtask]) -> any
             let mut verdicts = Vec::new();
             let mut held = None;
             let mut failed = None;
+            // First every subtask's handles, fencing nothing; then, unless
+            // the walk is held, every sink's init. An init never runs
+            // before the last resolution: a slow init (librdkafka waits
+            // out an unreachable cluster) would otherwise outlast the
+            // transactions the walk holds for.
             for s in subtasks.iter_mut() {
                 s.sink.restore_rows(&cp.rows).context("restoring the sink")?;
-                match s.sink.open_sink().await {
-                    Ok(()) => fault_point!(AfterRecoveryOpen, Some(s.index)),
+                match s.sink.resolve_before_open().await {
+                    Ok(()) => {}
                     Err(e @ ConnectorError::InDoubt { .. }) => {
                         held.get_or_insert(e);
                     }
-                    // Not a verdict (an init that failed, …): the walk goes
-                    // on, the restore fails after it without deciding.
+                    // Not a verdict: the walk goes on, the restore fails
+                    // after it without deciding.
                     Err(e) => {
                         failed.get_or_insert((s.index, e));
                     }
                 }
                 verdicts.push((s.index, s.sink.restore_verdicts()));
+            }
+            if held.is_none() && failed.is_none() {
+                for s in subtasks.iter_mut() {
+                    match s.sink.open_sink().await {
+                        Ok(()) => fault_point!(AfterRecoveryOpen, Some(s.index)),
+                        // An init that failed: nothing decided.
+                        Err(e) => {
+                            failed.get_or_insert((s.index, e));
+                        }
+                    }
+                }
             }
             if let Some((index, e)) = failed {
                 return Err(e).with_context(|| {

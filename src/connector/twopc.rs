@@ -688,6 +688,8 @@ pub struct TwoPhaseCommitSink<B: TransactionalProducerBackend = NativeTransactio
     /// `None` once closed.
     backend: Option<B>,
     opened: bool,
+    /// [`Self::resolve_before_open`] ran for the current restore.
+    resolved_before_open: bool,
     /// Rows of this subtask handed to `restore`, resolved at `open`.
     restored: Vec<StagedCheckpoint>,
     /// The open tail's transaction: begun, with this many records sent.
@@ -761,6 +763,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             transactional_id,
             backend: Some(backend),
             opened: false,
+            resolved_before_open: false,
             restored: Vec::new(),
             open_records: None,
             pending: Vec::new(),
@@ -851,13 +854,22 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         own.sort_by_key(|s| s.checkpoint);
         own.dedup_by_key(|s| s.checkpoint);
         self.restored = own;
+        self.resolved_before_open = false;
         Ok(())
     }
 
-    /// Resolves what was restored, then runs `init_transactions` (which
-    /// fences every older producer of the id).
-    pub async fn open_sink(&mut self) -> Result<()> {
-        if self.opened {
+    /// The first half of [`open_sink`](Self::open_sink): resolves what was
+    /// restored (and the pending unresolved markers) without fencing
+    /// anything. A driver with several subtasks runs it for every subtask
+    /// before it opens any (the cross-subtask walk): a walk held by an
+    /// unreachable cluster then ends without a single `init_transactions`
+    /// (on the rdkafka backend an init against an unreachable cluster
+    /// waits up to `transaction_timeout_ms`, long enough for the broker to
+    /// time out the very transactions the walk is holding for). Runs once
+    /// per restore; [`open_sink`](Self::open_sink) runs it when the driver
+    /// did not.
+    pub async fn resolve_before_open(&mut self) -> Result<()> {
+        if self.opened || self.resolved_before_open {
             return Ok(());
         }
         if self.backend.is_none() {
@@ -874,11 +886,23 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                  the broker may later deny (set receipt_dir, or build with a checkpoint directory)");
         }
         let restored = self.restored.clone();
-        let restore_point = restored.iter().map(|s| s.checkpoint).max();
         if restored.iter().any(|s| s.records > 0) {
             self.resolve_restored(&restored).await?;
         }
         self.consume_markers().await?;
+        self.resolved_before_open = true;
+        Ok(())
+    }
+
+    /// Resolves what was restored ([`resolve_before_open`](Self::resolve_before_open),
+    /// unless the driver ran it), then runs `init_transactions` (which
+    /// fences every older producer of the id).
+    pub async fn open_sink(&mut self) -> Result<()> {
+        if self.opened {
+            return Ok(());
+        }
+        self.resolve_before_open().await?;
+        let restore_point = self.restored.iter().map(|s| s.checkpoint).max();
         let id = self.transactional_id.clone();
         let timeout = self.options.transaction_timeout;
         let handle = self
@@ -896,6 +920,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         }
         self.restored.clear();
         self.opened = true;
+        self.resolved_before_open = false;
         if let Some(point) = restore_point {
             self.arm_suppression(point)?;
         }
