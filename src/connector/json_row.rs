@@ -14,7 +14,7 @@
 //! | DATE | `"2024-02-29"` | `YYYY-MM-DD` |
 //! | TIME | `"13:45:00.5"`… (`HH:MM:SS[.fff\|.ffffff]`) | `HH:MM[:SS[.f…]]` |
 //! | BYTES, VARBINARY, BINARY, BYTEA | base64 (RFC 4648 standard alphabet, padded) | the same |
-//! | ARRAY<T>, T ARRAY, T[] | array (elements may be null) | array |
+//! | `ARRAY<T>`, `T ARRAY`, `T[]` | array (elements may be null) | array |
 //! | ROW(a T, …), STRUCT<a T, …> | object of the fields in order | object; missing fields null, extra ignored |
 //!
 //! Temporal values are held to the microsecond: a fraction has at most 9
@@ -63,9 +63,9 @@ pub enum SqlType {
     Time,
     /// BYTES: base64.
     Bytes,
-    /// ARRAY<T>: a JSON array.
+    /// `ARRAY<T>`: a JSON array.
     Array(Box<SqlType>),
-    /// ROW(name T, …): a JSON object.
+    /// `ROW(name T, …)`: a JSON object.
     Row(Vec<Column>),
 }
 
