@@ -151,11 +151,7 @@ fn row_types_as_structs(sql: &str) -> Result<Vec<sqlparser::tokenizer::TokenWith
                 }
             }
             Token::LParen => open.push(false),
-            Token::RParen => {
-                if open.pop() == Some(true) {
-                    tokens[i].token = Token::Gt;
-                }
-            }
+            Token::RParen if open.pop() == Some(true) => tokens[i].token = Token::Gt,
             _ => {}
         }
         i += 1;
