@@ -327,6 +327,14 @@ async fn a_network_partition_from_one_broker_loses_and_duplicates_nothing() {
     );
     let run = PacedProducer::start(producer.clone(), topic.clone(), 200, 40_000);
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The reader must be under way before the cut (bounded): right after
+    // another cluster test it may still be starting, and then "nothing
+    // consumed during the cut" would say nothing about the partition.
+    let warm = Instant::now() + Duration::from_secs(60);
+    while reader.read() == 0 {
+        assert!(Instant::now() < warm, "the reader has read nothing after 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     let cut = kc::leader(&direct, &topic, 0).await;
     let others: Vec<i32> = kc::replicas(&direct, &topic)
