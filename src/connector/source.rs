@@ -721,8 +721,16 @@ impl<B: ConsumerBackend> TextKafkaSource<B> {
         if self.inner.options.decode_error != DecodeErrorPolicy::Skip {
             return Err(e);
         }
+        let (partition, offset) = match &e {
+            ConnectorError::NotText { partition, offset, .. }
+            | ConnectorError::Undecodable { partition, offset, .. }
+            | ConnectorError::RowDecode { partition, offset, .. } => (Some(*partition), Some(*offset)),
+            _ => (None, None),
+        };
         tracing::warn!(
             topic = %self.inner.options.topic,
+            partition,
+            offset,
             error = %e,
             "decode_error = skip: skipped a record"
         );
