@@ -868,6 +868,11 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     /// time out the very transactions the walk is holding for). Runs once
     /// per restore; [`open_sink`](Self::open_sink) runs it when the driver
     /// did not.
+    ///
+    /// Cancellation: dropped part-way, it has fenced nothing (no init
+    /// runs here), but verdicts it reached are not kept; calling it (or
+    /// `open_sink`) again resolves every restored handle again, and a
+    /// transaction already committed answers as committed.
     pub async fn resolve_before_open(&mut self) -> Result<()> {
         if self.opened || self.resolved_before_open {
             return Ok(());
