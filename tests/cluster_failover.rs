@@ -42,8 +42,15 @@ async fn idempotent_producer_loses_and_duplicates_nothing_when_leaders_are_kille
         .expect("producer"),
     );
     // 3,000 records a second (about 100 bytes each with overhead) for as
-    // long as the kills last, and at least 150,000 in all.
-    let run = PacedProducer::start(producer.clone(), topic.clone(), 300, 150_000);
+    // long as the kills last, and at least 150,000 in all (CI's size).
+    // CLINK_KAFKA_FAILOVER_RECORDS=1000000 is the full size: the
+    // pace rises so the run still lasts about 40 s.
+    let records: usize = std::env::var("CLINK_KAFKA_FAILOVER_RECORDS")
+        .ok()
+        .map(|v| v.parse().expect("CLINK_KAFKA_FAILOVER_RECORDS: a record count"))
+        .unwrap_or(150_000);
+    let per_tick = (records / 400).max(300);
+    let run = PacedProducer::start(producer.clone(), topic.clone(), per_tick, records);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The leader of each partition in turn, unless that partition already
@@ -68,6 +75,12 @@ async fn idempotent_producer_loses_and_duplicates_nothing_when_leaders_are_kille
         tokio::time::sleep(Duration::from_secs(3)).await;
         kc::start(leader).await;
         kc::wait_in_sync(&cluster, &topic, Duration::from_secs(120)).await;
+        // One failover at a time: the next kill waits until this one's
+        // partitions take records again, so each stall measured is one kill's.
+        assert!(
+            run.recovered(&led, at, Duration::from_secs(120)).await,
+            "partitions {led:?} took no record for 120 s after broker {leader} was killed"
+        );
         kills.push((leader, led, at));
     }
     let logs = run.finish().await;

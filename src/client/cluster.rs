@@ -150,32 +150,15 @@ impl Cluster {
         Backoff::new(self.inner.config.retry_backoff, self.inner.config.retry_backoff_max)
     }
 
-    /// A connection to the bootstrap broker (or any live one), for requests
-    /// that any broker can answer: Metadata, CreateTopics, InitProducerId.
+    /// The cluster's control connection, for requests that any broker can
+    /// answer: Metadata, CreateTopics, InitProducerId, FindCoordinator. It
+    /// is a connection of its own, never one that carries Produce or Fetch:
+    /// a broker answers a connection's requests in order, so a Metadata
+    /// request queued behind an acks=all Produce waits as long as that
+    /// Produce does (until a dead follower leaves the ISR, ~9 s), exactly
+    /// when the client needs to learn where a leader went. Reopened to a
+    /// known broker (then the bootstrap list) when it closes.
     pub async fn any_broker(&self) -> Result<BrokerConnection> {
-        let live: Option<BrokerConnection> = {
-            let slots: Vec<Slot> = self
-                .inner
-                .connections
-                .lock()
-                .expect("connections lock")
-                .values()
-                .cloned()
-                .collect();
-            let mut found = None;
-            for s in slots {
-                if let Ok(guard) = s.try_lock() {
-                    if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
-                        found = Some(c.clone());
-                        break;
-                    }
-                }
-            }
-            found
-        };
-        if let Some(c) = live {
-            return Ok(c);
-        }
         let mut guard = self.inner.bootstrap.lock().await;
         if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());

@@ -567,6 +567,9 @@ pub(crate) struct PartitionQueue {
     /// be renumbered from `confirmed_next` before they go out again.
     pub(crate) resequence: bool,
     pub(crate) retry_at: Option<Instant>,
+    /// The broker the batch waiting for `retry_at` failed against: when the
+    /// metadata names another leader, the retry need not wait.
+    pub(crate) retry_leader: Option<i32>,
     pub(crate) backoff: Option<super::backoff::Backoff>,
     /// Records in the last batch sealed here: the next batch's initial
     /// capacity, so a full batch is not built by repeated doubling (each a
@@ -587,6 +590,7 @@ impl PartitionQueue {
             acked: false,
             draining: false,
             resequence: false,
+            retry_leader: None,
             retry_at: None,
             backoff: None,
             last_batch_len: 0,

@@ -212,6 +212,8 @@ pub const PARTITIONS: i32 = 6;
 pub struct PacedProducer {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Vec<Vec<(Instant, Instant)>>>,
+    /// Per partition, when the newest acknowledged record was sent.
+    newest_acked: Arc<std::sync::Mutex<Vec<Option<Instant>>>>,
 }
 
 impl PacedProducer {
@@ -222,6 +224,8 @@ impl PacedProducer {
     pub fn start(producer: Arc<Producer>, topic: String, per_tick: usize, min_records: usize) -> PacedProducer {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let newest_acked = Arc::new(std::sync::Mutex::new(vec![None; PARTITIONS as usize]));
+        let newest = newest_acked.clone();
         let task = tokio::spawn(async move {
             let mut senders = Vec::new();
             let mut waiters = Vec::new();
@@ -229,6 +233,7 @@ impl PacedProducer {
                 let (tx, mut rx) =
                     tokio::sync::mpsc::unbounded_channel::<(Instant, clink_kafka::client::DeliveryFuture)>();
                 senders.push(tx);
+                let newest = newest.clone();
                 waiters.push(tokio::spawn(async move {
                     let mut log = Vec::new();
                     let mut n = 0usize;
@@ -243,6 +248,7 @@ impl PacedProducer {
                             report.offset
                         );
                         log.push((sent, Instant::now()));
+                        newest.lock().unwrap()[p as usize] = Some(sent);
                         n += 1;
                     }
                     log
@@ -271,7 +277,31 @@ impl PacedProducer {
             }
             logs
         });
-        PacedProducer { stop, task }
+        PacedProducer {
+            stop,
+            task,
+            newest_acked,
+        }
+    }
+
+    /// Waits (up to `limit`) until each of `partitions` has had a record
+    /// sent after `at` acknowledged: the stall of a kill at `at` is then
+    /// known, and the next fault does not add to it. Whether it came.
+    pub async fn recovered(&self, partitions: &[i32], at: Instant, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let done = {
+                let newest = self.newest_acked.lock().unwrap();
+                partitions.iter().all(|&p| newest[p as usize].is_some_and(|s| s >= at))
+            };
+            if done {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn finish(self) -> Vec<Vec<(Instant, Instant)>> {
