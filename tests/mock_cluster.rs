@@ -44,8 +44,8 @@ mod mock;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    Producer, ProducerConfig, ProducerRecord, TopicPartitionOffset, TransactionVersion, TransactionalProducer,
-    TxnConfig,
+    Producer, ProducerConfig, ProducerRecord, TopicPartition, TopicPartitionOffset, TransactionVersion,
+    TransactionalProducer, TxnConfig,
 };
 use mock::{assert_exactly_once, native_cluster, native_read_all, rdkafka_read_all, Mock, BOUND};
 use rdkafka::types::RDKafkaApiKey as Api;
@@ -123,7 +123,7 @@ async fn native_idempotent_producer_sequences() {
     let sent = values("idem", 60);
     native_produce(&producer, &topic, &sent).await;
     let mut consumer = clink_kafka::client::Consumer::new(cluster, Default::default());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer
         .seek(&topic, 0, clink_kafka::client::Offset::Earliest)
         .await
@@ -253,7 +253,7 @@ async fn produce_connection_cut_resends_the_same_sequence() {
     native_produce(&producer, &topic, &sent).await;
     let cluster = native_cluster(mock.client_config()).await;
     let mut consumer = clink_kafka::client::Consumer::new(cluster.clone(), Default::default());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer
         .seek(&topic, 0, clink_kafka::client::Offset::Earliest)
         .await
@@ -365,7 +365,7 @@ async fn fetch_fatal_error_names_the_api() {
     let topic = mock.topic("mock-fetch-fatal", 1);
     let cluster = native_cluster(mock.client_config()).await;
     let mut consumer = clink_kafka::client::Consumer::new(cluster, Default::default());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer
         .seek(&topic, 0, clink_kafka::client::Offset::Earliest)
         .await
@@ -899,7 +899,7 @@ async fn backend_read_all<C: ConsumerBackend>(
     for p in 0..partitions {
         let low = consumer.watermark(topic, p, Watermark::Low).await.unwrap();
         high_sum += consumer.watermark(topic, p, Watermark::High).await.unwrap() - low;
-        assignment.push((p, low));
+        assignment.push(PartitionOffset::new(p, low));
     }
     assert_eq!(high_sum as usize, expected, "watermarks of {topic}");
     consumer.assign(topic, &assignment).await.expect("assign");

@@ -51,13 +51,16 @@ pub use admin::{
 };
 pub use cluster::Cluster;
 pub use connection::BrokerConnection;
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, IsolationLevel, LogTruncation, Offset};
+pub use consumer::{
+    Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, FetchSessionState, IsolationLevel, LogTruncation, Offset,
+    OffsetAndTimestamp, Watermarks,
+};
 pub use group::{CommittedOffset, GroupOffsets};
 pub use producer::{Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerRecord};
 pub use properties::ClientProperties;
 pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
 pub use tls::{TlsConfig, TlsConnector};
-pub use topic_partition::{TopicPartition, TopicPartitionOffset};
+pub use topic_partition::{PartitionOffset, TopicPartition, TopicPartitionOffset};
 pub use txn::{Transaction, TransactionVersion, TransactionalProducer, TxnConfig};
 pub use txn_admin::{ListTransactionsFilter, TransactionDescription, TransactionListing, TransactionState};
 

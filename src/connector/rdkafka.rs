@@ -70,7 +70,7 @@ use super::error::{ConnectorError, Result};
 use super::options::{ClientTuning, Passthrough, SinkOptions, SourceOptions};
 use super::record::{Header, KafkaMessage};
 use super::security::SecurityConfig;
-use crate::client::{Acks, IsolationLevel, ResumeHandle, TransactionVersion};
+use crate::client::{Acks, IsolationLevel, PartitionOffset, ResumeHandle, TransactionVersion};
 use clink_kafka_wire::compression::Compression;
 
 /// A librdkafka error; a broker error also names Kafka's code
@@ -879,11 +879,11 @@ impl ConsumerBackend for RdkafkaConsumer {
             .collect())
     }
 
-    async fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> Result<()> {
+    async fn assign(&mut self, topic: &str, partitions: &[PartitionOffset]) -> Result<()> {
         let consumer = self.consumer()?;
         let mut tpl = TopicPartitionList::new();
-        for (p, o) in partitions {
-            tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+        for p in partitions {
+            tpl.add_partition_offset(topic, p.partition, Offset::Offset(p.offset))
                 .map_err(|e| rd_err("assigning", e))?;
         }
         consumer.assign(&tpl).map_err(|e| rd_err("assigning", e))?;
@@ -1072,7 +1072,7 @@ impl Ledger {
         match slot {
             Slot::Pending => {
                 *slot = match outcome {
-                    Ok((p, o)) => Slot::Delivered(p, o),
+                    Ok(at) => Slot::Delivered(at.partition, at.offset),
                     Err(e) => Slot::Failed(Box::new(e)),
                 };
                 st.wake(seq);
@@ -1116,7 +1116,7 @@ impl Ledger {
             }));
         };
         let outcome = match std::mem::replace(slot, Slot::Settled) {
-            Slot::Delivered(p, o) => Ok((p, o)),
+            Slot::Delivered(p, o) => Ok(PartitionOffset::new(p, o)),
             Slot::Failed(e) => Err(*e),
             other => {
                 *slot = other;
@@ -1194,7 +1194,7 @@ impl ProducerContext for ProducerReports {
 
     fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         let outcome = match result {
-            Ok(m) => Ok((m.partition(), m.offset())),
+            Ok(m) => Ok(PartitionOffset::new(m.partition(), m.offset())),
             Err((e, _)) => Err(rd_err("delivery", e.clone())),
         };
         self.ledger.report(seq, outcome);

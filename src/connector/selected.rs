@@ -24,7 +24,7 @@ use super::options::{Backend, SinkOptions, SourceOptions, TwoPhaseCommitOptions,
 use super::rdkafka::{RdkafkaConsumer, RdkafkaDelivery, RdkafkaProducer, RdkafkaTransactionalProducer};
 use super::record::KafkaMessage;
 use super::{KafkaSink, KafkaSource, TwoPhaseCommitSink, UpsertSink};
-use crate::client::ResumeHandle;
+use crate::client::{PartitionOffset, ResumeHandle};
 
 /// The consumer `backend` chose.
 // One per operator: the size difference between variants costs nothing.
@@ -193,7 +193,7 @@ impl ConsumerBackend for SelectedConsumer {
         each!(self, b => b.committed(group_id, topic, partitions).await, SelectedConsumer)
     }
 
-    async fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> Result<()> {
+    async fn assign(&mut self, topic: &str, partitions: &[PartitionOffset]) -> Result<()> {
         each!(self, b => b.assign(topic, partitions).await, SelectedConsumer)
     }
 

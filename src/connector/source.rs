@@ -37,6 +37,7 @@ use super::format::ValueDecoder;
 use super::options::{AutoOffsetReset, DecodeErrorPolicy, SourceOptions};
 use super::record::{KafkaMessage, Text};
 use super::{Batch, BoxFuture, Emitter, Source, StateRow};
+use crate::client::PartitionOffset;
 
 /// The operator-state key prefix of a source resume row.
 const ROW_PREFIX: &str = "kafka-source/";
@@ -227,8 +228,11 @@ impl<B: ConsumerBackend> KafkaSource<B> {
     }
 
     /// The assigned partitions and the next offset each will emit.
-    pub fn assignment(&self) -> Vec<(i32, i64)> {
-        self.assigned.iter().map(|(p, o)| (*p, *o)).collect()
+    pub fn assignment(&self) -> Vec<PartitionOffset> {
+        self.assigned
+            .iter()
+            .map(|(p, o)| PartitionOffset::new(*p, *o))
+            .collect()
     }
 
     /// Where each assigned partition's start offset came from, at the last
@@ -390,7 +394,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
             positions.insert(p, o);
             origins.insert(p, origin);
         }
-        let list: Vec<(i32, i64)> = positions.iter().map(|(p, o)| (*p, *o)).collect();
+        let list: Vec<PartitionOffset> = positions.iter().map(|(p, o)| PartitionOffset::new(*p, *o)).collect();
         // Buffered records would be fetched again from the held positions.
         self.pending.clear();
         self.backend.assign(&self.options.topic, &list).await?;
@@ -403,7 +407,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         self.series.assigned.set(self.assigned.len() as f64);
         let described: Vec<String> = list
             .iter()
-            .map(|(p, o)| format!("{p}@{o}({})", self.origins[p]))
+            .map(|p| format!("{}@{}({})", p.partition, p.offset, self.origins[&p.partition]))
             .collect();
         tracing::info!(
             subtask = %format_args!("{}/{}", self.options.subtask_index, self.options.source_parallelism),

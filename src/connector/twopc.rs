@@ -1609,7 +1609,7 @@ mod tests {
         }
         async fn send(&self, _topic: &str, _partition: Option<i32>, message: KafkaMessage) -> Result<Self::Delivery> {
             self.push(format!("send:{}", String::from_utf8_lossy(message.payload_bytes())));
-            Ok(std::future::ready(Ok((0, 0))))
+            Ok(std::future::ready(Ok(crate::client::PartitionOffset::new(0, 0))))
         }
         async fn flush(&self, _timeout: Duration) -> Result<()> {
             self.push("flush".into());
