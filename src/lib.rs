@@ -14,6 +14,8 @@
 // FFI (`connector::rdkafka`, feature `rdkafka`), each block with its proof.
 #![cfg_attr(not(feature = "rdkafka"), forbid(unsafe_code))]
 #![cfg_attr(feature = "rdkafka", deny(unsafe_code))]
+// Every public item is documented (issue 16).
+#![deny(missing_docs)]
 
 pub mod client;
 pub mod connector;

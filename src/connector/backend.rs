@@ -67,6 +67,7 @@ pub trait ConsumerBackend: Send {
     /// `Consumer::poll`.
     fn poll(&mut self, timeout: Duration) -> impl Future<Output = Result<Vec<KafkaMessage>>> + Send;
 
+    /// Closes the consumer; the backend cannot be used again.
     fn close(&mut self) -> impl Future<Output = Result<()>> + Send;
 }
 
@@ -93,6 +94,7 @@ pub trait ProducerBackend: Send + Sync {
     /// Sends everything queued and waits for it, up to `timeout`.
     fn flush(&self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
+    /// Flushes within `timeout`, then closes the producer; the backend cannot be used again.
     fn close(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 }
 
@@ -111,11 +113,13 @@ pub trait TransactionalProducerBackend: ProducerBackend {
         transaction_timeout: Duration,
     ) -> impl Future<Output = Result<ResumeHandle>> + Send;
 
+    /// Begins a transaction (local: nothing is sent until the first record).
     fn begin_transaction(&mut self) -> Result<()>;
 
     /// Commits the open transaction (after a flush).
     fn commit_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
+    /// Aborts the open transaction within `timeout`; its records never become visible.
     fn abort_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
     /// The identity the open (or next) transaction runs under (natively
@@ -268,6 +272,7 @@ pub struct NativeProducer {
 }
 
 impl NativeProducer {
+    /// A producer for `config`, connected by [`ProducerBackend::connect`].
     pub fn new(config: ClientConfig, producer_config: ProducerConfig) -> Self {
         NativeProducer {
             config,
@@ -363,6 +368,8 @@ impl std::fmt::Debug for NativeTransactionalProducer {
 }
 
 impl NativeTransactionalProducer {
+    /// A transactional producer for `config`; [`TransactionalProducerBackend::init_transactions`]
+    /// names the transactional id and connects.
     pub fn new(config: ClientConfig, producer_config: ProducerConfig) -> Self {
         NativeTransactionalProducer {
             config,

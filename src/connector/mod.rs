@@ -85,6 +85,7 @@ pub type Batch<T> = Vec<T>;
 
 /// Where a source puts its batches.
 pub trait Emitter<T>: Send {
+    /// Hands one batch to the engine.
     fn emit(&mut self, batch: Batch<T>);
 }
 
@@ -98,12 +99,15 @@ impl<T: Send> Emitter<T> for Vec<Batch<T>> {
 /// its checkpoint. Never carries a secret.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StateRow {
+    /// The row's key (unique within one operator's state).
     pub key: String,
+    /// The row's value, in the operator's own encoding.
     pub value: Vec<u8>,
 }
 
 /// A source: emits batches, snapshots its position.
 pub trait Source: Send {
+    /// What the source emits: [`KafkaMessage`] or [`Text`].
     type Item: Send;
 
     /// Hands over the union of restored rows (every subtask's), before
@@ -120,6 +124,7 @@ pub trait Source: Send {
     /// The rows that resume this source exactly after the last emitted record.
     fn snapshot(&self) -> Vec<StateRow>;
 
+    /// Releases the consumer; the source cannot be used again.
     fn close(&mut self) -> BoxFuture<'_, Result<()>>;
 }
 
@@ -136,6 +141,7 @@ pub enum DeliveryGuarantee {
 /// What a sink declares to the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SinkCapabilities {
+    /// What the sink guarantees for every record handed to it.
     pub delivery: DeliveryGuarantee,
     /// Whether a commit can be re-executed at restore (nothing to lose if
     /// the process dies between barrier and commit). `false` puts the job on
@@ -167,28 +173,41 @@ impl SinkCapabilities {
 pub enum RestoreVerdict {
     /// The commit happened: proven by the sink's receipt (no wire call) or
     /// by the broker (executed or observed by the resolution).
-    Committed { by_receipt: bool },
+    Committed {
+        /// Whether the sink's own commit receipt proved it (no broker call was made).
+        by_receipt: bool,
+    },
     /// Final: the records will never be visible (fenced, expired, never
     /// produced). The job must fall back below this checkpoint.
-    NotCommitted { reason: String },
+    NotCommitted {
+        /// Why, as the resolution found it.
+        reason: String,
+    },
     /// No verdict: the broker could not be asked. The restart is held;
     /// nothing may fence the transaction meanwhile.
-    Unreachable { reason: String },
+    Unreachable {
+        /// Why the broker could not be asked.
+        reason: String,
+    },
 }
 
 /// One restored checkpoint's verdict, as a sink reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointVerdict {
+    /// The checkpoint id.
     pub checkpoint: u64,
     /// Records the checkpoint's transaction (or queued segment) held.
     pub records: u64,
+    /// What the restore found.
     pub verdict: RestoreVerdict,
 }
 
 /// A sink: takes batches, makes them durable at barriers.
 pub trait Sink: Send {
+    /// What the sink takes: [`KafkaMessage`] or [`Text`].
     type Item: Send;
 
+    /// What the sink guarantees and which protocol calls it uses.
     fn capabilities(&self) -> SinkCapabilities;
 
     /// Restored rows (the union of every subtask's), before `open`.
@@ -197,6 +216,7 @@ pub trait Sink: Send {
         Ok(())
     }
 
+    /// Connects (and, for a two-phase sink, resolves restored transactions).
     fn open(&mut self) -> BoxFuture<'_, Result<()>>;
 
     /// What the last `restore` + `open` found for each restored checkpoint
@@ -207,6 +227,7 @@ pub trait Sink: Send {
         Vec::new()
     }
 
+    /// Hands over one batch; records may be buffered until `flush` or the next barrier.
     fn on_data(&mut self, batch: Batch<Self::Item>) -> BoxFuture<'_, Result<()>>;
 
     /// Event time: the watermark `watermark` (milliseconds since the
@@ -245,6 +266,7 @@ pub trait Sink: Send {
     /// The checkpoint failed.
     fn on_abort(&mut self, checkpoint_id: u64) -> BoxFuture<'_, Result<()>>;
 
+    /// Flushes what it can and releases the producer; the sink cannot be used again.
     fn close(&mut self) -> BoxFuture<'_, Result<()>>;
 }
 

@@ -45,6 +45,7 @@ fn option_name(protocol: SecurityProtocol) -> String {
 /// The validated security configuration of one connector.
 #[derive(Clone, Debug, Default)]
 pub struct SecurityConfig {
+    /// `security_protocol`: plaintext, ssl, sasl_plaintext or sasl_ssl.
     pub protocol: SecurityProtocol,
     /// The client's own SASL settings (the password prints as `***`).
     pub sasl: Option<SaslConfig>,

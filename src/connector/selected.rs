@@ -31,7 +31,9 @@ use crate::client::{PartitionOffset, ResumeHandle};
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedConsumer {
+    /// The pure-Rust client's consumer.
     Native(NativeConsumer),
+    /// librdkafka's consumer (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaConsumer),
 }
@@ -41,7 +43,9 @@ pub enum SelectedConsumer {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedProducer {
+    /// The pure-Rust client's producer.
     Native(NativeProducer),
+    /// librdkafka's producer (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaProducer),
 }
@@ -51,14 +55,18 @@ pub enum SelectedProducer {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedTransactionalProducer {
+    /// The pure-Rust client's transactional producer.
     Native(NativeTransactionalProducer),
+    /// librdkafka's transactional producer (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaTransactionalProducer),
 }
 
 /// A delivery of either backend.
 pub enum SelectedDelivery {
+    /// The pure-Rust client's delivery.
     Native(NativeDelivery),
+    /// librdkafka's delivery (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaDelivery),
 }
@@ -101,6 +109,7 @@ impl SelectedConsumer {
 }
 
 impl SelectedProducer {
+    /// The producer `options.backend` names, configured from `options`.
     pub fn for_options(options: &SinkOptions) -> Result<Self> {
         match options.backend {
             Backend::Native => Ok(SelectedProducer::Native(NativeProducer::new(
@@ -116,6 +125,8 @@ impl SelectedProducer {
 }
 
 impl SelectedTransactionalProducer {
+    /// The transactional producer `options.backend` names, configured from
+    /// `options` (the transactional id is given to `init_transactions`).
     pub fn for_options(options: &SinkOptions) -> Result<Self> {
         match options.backend {
             Backend::Native => Ok(SelectedTransactionalProducer::Native(NativeTransactionalProducer::new(

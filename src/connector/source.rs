@@ -72,8 +72,11 @@ impl fmt::Display for Origin {
 /// One partition's resume position: the next offset to emit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResumeRow {
+    /// The topic.
     pub topic: String,
+    /// The partition index.
     pub partition: i32,
+    /// The next offset the source will emit from this partition.
     pub next_offset: i64,
 }
 
@@ -219,10 +222,12 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         }
     }
 
+    /// The options the source was built from.
     pub fn options(&self) -> &SourceOptions {
         &self.options
     }
 
+    /// The source's counters, shared: they stay readable after the source is gone.
     pub fn counters(&self) -> Arc<SourceCounters> {
         self.counters.clone()
     }
@@ -539,6 +544,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         Ok(n)
     }
 
+    /// Closes the consumer ([`Source::close`]); the positions stay in the snapshot.
     pub async fn close_source(&mut self) -> Result<()> {
         for (p, o) in std::mem::take(&mut self.assigned) {
             self.tracked.insert(p, o);
@@ -629,6 +635,7 @@ impl<B: ConsumerBackend> TextKafkaSource<B> {
         self.inner.open_source().await
     }
 
+    /// The source underneath.
     pub fn inner(&self) -> &KafkaSource<B> {
         &self.inner
     }

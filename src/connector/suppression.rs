@@ -42,9 +42,15 @@ pub enum SuppressionState {
     /// Nothing receipted above the restore point (or the option is off).
     Off,
     /// Swallowing re-emissions at or below `horizon`.
-    Armed { horizon: i64 },
+    Armed {
+        /// The highest event time a receipt covers, in milliseconds since the epoch.
+        horizon: i64,
+    },
     /// A watermark passed `horizon`: nothing is judged any more.
-    Retired { horizon: i64 },
+    Retired {
+        /// The horizon the state machine was armed with.
+        horizon: i64,
+    },
 }
 
 /// The replay-suppression state machine (no I/O, no clock).
@@ -87,6 +93,7 @@ impl ReplaySuppression {
         s
     }
 
+    /// Where the state machine is.
     pub fn state(&self) -> SuppressionState {
         self.state
     }
