@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clink_kafka::client::{Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset, TopicPartition};
 use clink_kafka::connector::options::{parse_sink, parse_source, parse_upsert, FactoryKind};
-use clink_kafka::connector::registry::FACTORY_NAMES;
 use clink_kafka::connector::selected;
+use clink_kafka::connector::FACTORY_NAMES;
 use clink_kafka::connector::{
     install, BuildContext, ConnectorError, KafkaMessage, Operator, Registry, Sink, Source, Text, TextKafkaSink,
 };

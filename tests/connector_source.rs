@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{Admin, GroupOffsets, NewTopic, PartitionOffset, TopicPartition, TopicPartitionOffset};
-use clink_kafka::connector::backend::{ConsumerBackend, Watermark};
 use clink_kafka::connector::options::{parse_source, AutoOffsetReset, FactoryKind, SourceOptions};
 use clink_kafka::connector::selected::{self, SelectedConsumer};
-use clink_kafka::connector::source::Origin;
+use clink_kafka::connector::Origin;
 use clink_kafka::connector::{
     install, BuildContext, ConnectorError, KafkaMessage, KafkaSource, Registry, Source, StateRow,
 };
+use clink_kafka::connector::{ConsumerBackend, Watermark};
 
 fn source(brokers: &str, topic: &str, extra: &[(&str, &str)], index: u32, n: u32) -> KafkaSource<SelectedConsumer> {
     let params: BTreeMap<String, String> = common::connector::connector_params(brokers, topic, extra)

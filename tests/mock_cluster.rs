@@ -44,8 +44,8 @@ mod mock;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    Producer, ProducerConfig, ProducerRecord, TopicPartition, TopicPartitionOffset, TransactionVersion,
-    TransactionalProducer, TxnConfig,
+    PartitionOffset, Producer, ProducerConfig, ProducerRecord, TopicPartition, TopicPartitionOffset,
+    TransactionVersion, TransactionalProducer, TxnConfig,
 };
 use mock::{assert_exactly_once, native_cluster, native_read_all, rdkafka_read_all, Mock, BOUND};
 use rdkafka::types::RDKafkaApiKey as Api;
@@ -157,7 +157,7 @@ async fn native_transactions_commit_abort_and_offsets() {
     let topic = mock.topic("mock-txn", 2);
     let cluster = native_cluster(mock.client_config()).await;
     assert_eq!(
-        clink_kafka::client::txn::transaction_version(&cluster).await.unwrap(),
+        clink_kafka::client::transaction_version(&cluster).await.unwrap(),
         TransactionVersion::V1,
         "the mock finalizes no transaction.version feature"
     );
@@ -658,9 +658,9 @@ async fn round_trip_time_slow_and_timed_out() {
     // the ApiVersions handshake: both named in the error.
     let text = err.to_string();
     assert!(
-        matches!(&err, clink_kafka::error::Error::NoBrokerAvailable { last, .. }
-            if matches!(**last, clink_kafka::error::Error::RequestTimeout { api: "ApiVersions", .. }))
-            || matches!(err, clink_kafka::error::Error::RequestTimeout { api: "Metadata", .. }),
+        matches!(&err, clink_kafka::Error::NoBrokerAvailable { last, .. }
+            if matches!(**last, clink_kafka::Error::RequestTimeout { api: "ApiVersions", .. }))
+            || matches!(err, clink_kafka::Error::RequestTimeout { api: "Metadata", .. }),
         "{text}"
     );
     assert!(text.contains("timed out after 1s"), "{text}");
@@ -857,11 +857,11 @@ async fn rdkafka_leader_down_then_up() {
 // The connector's backend seam (`connector::backend`), generic over the
 // backend: the same cases on the native and the rdkafka backend.
 
-use clink_kafka::connector::backend::{
+use clink_kafka::connector::KafkaMessage;
+use clink_kafka::connector::{
     ConsumerBackend, NativeConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
     TransactionalProducerBackend, Watermark,
 };
-use clink_kafka::connector::KafkaMessage;
 
 /// Sends `sent` through a producer backend (keyed, so they spread), flushes
 /// and waits for every delivery.
@@ -874,7 +874,7 @@ async fn backend_produce<P: ProducerBackend>(producer: &P, topic: &str, sent: &[
     }
     producer.flush(BOUND).await.expect("backend flush");
     for d in deliveries {
-        let (partition, offset) = tokio::time::timeout(BOUND, d)
+        let PartitionOffset { partition, offset } = tokio::time::timeout(BOUND, d)
             .await
             .expect("bounded")
             .expect("backend delivery");

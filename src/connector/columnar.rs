@@ -4,7 +4,7 @@
 //! records' partitions and offsets), with no per-record JSON tree.
 //!
 //! It is exactly equivalent to the row decode
-//! ([`super::json_row::decode_row`]): [`ColumnBatch::to_rows`] gives the
+//! ([`super::sql::decode_row`]): [`ColumnBatch::to_rows`] gives the
 //! rows the row decode gives for the same texts, or the batch is refused
 //! and the caller takes the row decode. By construction:
 //!

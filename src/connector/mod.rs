@@ -4,21 +4,32 @@
 //! names, option names, defaults, delivery semantics). The engine reaches
 //! Kafka through four things, each owned by one file here:
 //!
-//! - factories looked up by name: [`registry`] (`install`, `BuildContext`);
+//! - factories looked up by name: [`Registry`] ([`install`], [`BuildContext`]);
 //! - string options (a table's `WITH` clause): [`options`] and [`security`];
 //!   the SQL front that produces them: [`sql`], with the JSON row bridge
-//!   ([`json_row`], [`columnar`]) and the SQL source table ([`table_source`]);
-//! - batches produced and consumed: [`source`] ([`KafkaSource`]), [`sink`]
-//!   ([`KafkaSink`]), [`upsert`] ([`UpsertSink`]), [`twopc`]
-//!   ([`TwoPhaseCommitSink`], exactly once), over the record shapes in
-//!   [`record`];
+//!   ([`sql::decode_row`], [`columnar`]) and the SQL source table ([`table_source`]);
+//! - batches produced and consumed: [`KafkaSource`], [`KafkaSink`],
+//!   [`UpsertSink`], [`TwoPhaseCommitSink`] (exactly once), over the record
+//!   shapes [`KafkaMessage`] and [`Text`];
 //! - checkpoints: [`Source::snapshot`] / [`Source::restore`] and the sink
 //!   barrier hooks.
 //!
-//! Source and sinks are written once over the backend seam in [`backend`]
-//! (consumer, producer, transactional producer); the native client
+//! Source and sinks are written once over the backend seam
+//! ([`ConsumerBackend`], [`ProducerBackend`], [`TransactionalProducerBackend`]); the native client
 //! (`crate::client`) implements it, and so does librdkafka in `rdkafka`
 //! (cargo feature `rdkafka`, chosen per operator with `backend = 'rdkafka'`).
+//!
+//! # Public API: one path per item
+//!
+//! The source, sinks, backends, registry, records and errors live in
+//! private modules and are re-exported here (`clink_kafka::connector::KafkaSource`).
+//! The other modules are namespaces, each reached only through its own
+//! path (none of their items is re-exported elsewhere): [`options`] and
+//! [`security`] (the typed options), [`selected`] (the backend chosen by
+//! `backend`), [`sql`] (with the JSON row bridge), [`columnar`] and
+//! [`table_source`] (the SQL front), [`format`](mod@format) (registry-framed values), [`checkpoint`],
+//! [`commit_group`] and [`suppression`] (the exactly-once protocol's
+//! pieces), `rdkafka` (feature `rdkafka`) and `fuzzing` (`cfg(fuzzing)`).
 //!
 //! # Call order the engine guarantees
 //!
@@ -40,7 +51,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub mod backend;
+pub(crate) mod backend;
 pub mod checkpoint;
 pub mod columnar;
 pub mod commit_group;
@@ -48,34 +59,39 @@ mod error;
 pub mod format;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
-pub mod json_row;
+pub(crate) mod json_row;
 pub mod options;
 #[cfg(feature = "rdkafka")]
 #[allow(unsafe_code)] // librdkafka FFI; every block carries its safety argument
 pub mod rdkafka;
-pub mod record;
-pub mod registry;
+pub(crate) mod record;
+pub(crate) mod registry;
 pub mod security;
 pub mod selected;
-pub mod sink;
-pub mod source;
+pub(crate) mod sink;
+pub(crate) mod source;
 pub mod sql;
 pub mod suppression;
 pub mod table_source;
-pub mod twopc;
-pub mod upsert;
+pub(crate) mod twopc;
+pub(crate) mod upsert;
 
 pub use backend::{
-    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
-    TransactionalProducerBackend,
+    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeDelivery, NativeProducer, NativeTransactionalProducer,
+    ProducerBackend, TransactionalProducerBackend, Watermark,
 };
 pub use error::{ConnectorError, Result};
 pub use record::{Header, KafkaMessage, Text};
-pub use registry::{install, BuildContext, Operator, Registry};
+pub use registry::{install, BuildContext, BuildFn, Factory, Operator, Registry, FACTORY_NAMES};
 pub use sink::{KafkaSink, SinkCounters, TextKafkaSink};
-pub use source::{KafkaSource, ResumeRow, SourceCounters, TextKafkaSource};
-pub use twopc::{Orphan, StagedCheckpoint, TwoPhaseCommitSink, TwoPhaseCommitStats};
-pub use upsert::UpsertSink;
+pub use source::{KafkaSource, Origin, ResumeRow, SourceCounters, TextKafkaSource};
+pub use twopc::{
+    parse_unresolved_marker, Orphan, PendingMarker, Receipt, StagedCheckpoint, TwoPhaseCommitSink, TwoPhaseCommitStats,
+    MAX_RECEIPT_FILE, STATE_KEY_PREFIX, TWO_PHASE_COMMIT,
+};
+#[cfg(feature = "failpoints")]
+pub use twopc::{set_step_hook, SinkStep};
+pub use upsert::{upsert_action, RowKind, UpsertAction, UpsertSink, ROW_KIND_FIELD};
 
 /// A boxed future, so the engine-facing traits stay object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

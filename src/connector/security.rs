@@ -26,7 +26,7 @@ use super::error::{ConnectorError, Result};
 use crate::client::{ClientConfig, SaslConfig, TlsConfig};
 
 /// `security_protocol`: the client's own enum (no connector copy).
-pub use crate::client::SecurityProtocol;
+use crate::client::SecurityProtocol;
 
 const PROTOCOLS_ALLOWED: &str = "one of plaintext, ssl, sasl_plaintext, sasl_ssl";
 

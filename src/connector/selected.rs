@@ -1,5 +1,5 @@
 //! The backend the `backend` option selected, at run time: one type per
-//! trait of [`super::backend`] that is either the native client or
+//! trait of [`super::ConsumerBackend`] / [`super::ProducerBackend`] that is either the native client or
 //! librdkafka (cargo feature `rdkafka`), so the registry, the CLI and the
 //! parity tests build one source or sink type whichever backend runs
 //! underneath. Without the feature the `Rdkafka` variants do not exist and

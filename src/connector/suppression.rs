@@ -1,6 +1,6 @@
 //! Replay suppression: the spec's "Commit receipts + replay suppression"
 //! (`kafka_2pc_sink_string`, option `replay_suppression`), as a pure state
-//! machine the two-phase-commit sink ([`super::twopc`]) drives.
+//! machine the two-phase-commit sink ([`super::TwoPhaseCommitSink`]) drives.
 //!
 //! When a restore falls back below checkpoints this subtask already
 //! committed (a mixed verdict: its receipts `sub<K>-<N>` exist above the

@@ -2,7 +2,7 @@
 //! ([`TextKafkaSource`]) followed by the JSON row bridge, emitting
 //! [`TableBatch`]es: typed columns ([`super::columnar`],
 //! `columnar_decode = true`, the default for `format = 'json'`) or rows
-//! ([`super::json_row`]).
+//! ([`super::sql::decode_row`]).
 //!
 //! The bridge runs where each record's topic, partition and offset are
 //! known, so a record that does not fit the table (not JSON, a wrong-typed
