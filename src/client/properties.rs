@@ -31,6 +31,9 @@
 //! [`ConsumerConfig::from_properties`] and [`ProducerConfig::from_properties`]
 //! are the shortcuts. Defaults are the native client's, except
 //! `isolation.level`, which is `read_committed` as in librdkafka.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::client::properties::*` and are
+//! not re-exported elsewhere (the property table is its own vocabulary, kept apart from the configurations it fills).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -41,6 +41,9 @@
 //! [`CheckpointStore`]; [`Coordinator`] joins them. The driver owns the
 //! operators and the order of calls (and, in `copy`, the fault points
 //! between them).
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::checkpoint::*` and are
+//! not re-exported elsewhere (the checkpoint coordinator an engine runs around a 2PC sink).
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -8,6 +8,9 @@
 //! passed through: those the native client supports are mapped onto it
 //! (onto the same setting as their alias, when there is one: giving both
 //! with different values is an error); every other one is refused by name.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::options::*` and are
+//! not re-exported elsewhere (the typed options of every factory, one vocabulary apart from the operators).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

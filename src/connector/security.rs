@@ -15,6 +15,9 @@
 //! Deliberate plaintext stays available: it has to be named
 //! (`security_protocol = 'plaintext'`) only when nothing contradicts it.
 //! There is never a fallback from TLS to plaintext or from SCRAM to PLAIN.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::security::*` and are
+//! not re-exported elsewhere (the validated security options, shared by every factory).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -7,6 +7,9 @@
 //! ([`ConnectorError::MissingFeature`](super::ConnectorError::MissingFeature)).
 //!
 //! The cost is one `match` per call, none per record.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::selected::*` and are
+//! not re-exported elsewhere (the per-operator backend choice, used by the registry, the CLI and the parity tests).
 
 use std::collections::BTreeMap;
 use std::future::Future;

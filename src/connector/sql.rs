@@ -15,6 +15,9 @@
 //! too. A single-quoted key is a string literal, which the parser rejects.
 //! Values are literals: strings, numbers (a leading minus allowed),
 //! booleans.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::sql::*` and are
+//! not re-exported elsewhere (the SQL front and its JSON row bridge, one vocabulary for a planner).
 
 use std::collections::BTreeMap;
 

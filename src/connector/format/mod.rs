@@ -15,6 +15,9 @@
 //!
 //! Avro ([`avro`]), Protobuf ([`protobuf`]: the frame's message-index path
 //! picks the message type) and JSON Schema ([`json_schema`]).
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::format::*` and are
+//! not re-exported elsewhere (registry-framed value formats, one submodule per format).
 
 pub mod avro;
 pub mod json_schema;
