@@ -18,7 +18,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use std::hint::black_box;
 
 use clink_kafka::connector::columnar::ColumnarPlan;
-use clink_kafka::connector::json_row::{decode_row, Column, SqlType};
+use clink_kafka::connector::sql::{decode_row, Column, SqlType};
 
 const BATCH: usize = 2048;
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
     ClientConfig, Cluster, Consumer, ConsumerConfig, GroupOffsets, IsolationLevel, Offset, ProducerConfig,
-    ProducerRecord, TopicPartitionOffset, TransactionalProducer, TxnConfig,
+    ProducerRecord, TopicPartition, TopicPartitionOffset, TransactionalProducer, TxnConfig,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -41,9 +41,10 @@ pub async fn run(
     consumer.assign_topic(input).await?;
     // Resume where the last committed transaction left the group.
     let assigned = consumer.assignment();
-    let wanted: Vec<(&str, i32)> = assigned.iter().map(|(t, p)| (&**t, *p)).collect();
-    let committed = GroupOffsets::new(cluster.clone(), group)?.fetch(&wanted, true).await?;
-    for ((topic, partition), offset) in committed {
+    let committed = GroupOffsets::new(cluster.clone(), group)?
+        .fetch(&assigned, true)
+        .await?;
+    for (TopicPartition { topic, partition }, offset) in committed {
         let start = offset.map_or(Offset::Earliest, |c| Offset::At(c.offset));
         consumer.seek(&topic, partition, start).await?;
     }

@@ -56,24 +56,34 @@ pub enum Error {
     /// The TCP connection could not be established.
     #[error("connecting to broker {broker}: {source}")]
     Connect {
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
         #[source]
+        /// The I/O error.
         source: Arc<io::Error>,
     },
     /// The connection (TCP, TLS, ApiVersions) was not established within
     /// the connect timeout.
     #[error("connecting to broker {broker}: timed out after {timeout:?}")]
-    ConnectTimeout { broker: BrokerRef, timeout: Duration },
+    ConnectTimeout {
+        /// The broker (its address, and node id when known).
+        broker: BrokerRef,
+        /// The connect timeout.
+        timeout: Duration,
+    },
     /// Reading or writing an established connection failed.
     #[error("I/O error on the connection to broker {broker}: {source}")]
     Io {
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
         #[source]
+        /// The I/O error.
         source: Arc<io::Error>,
     },
     /// The broker closed the connection.
     #[error("broker {broker} closed the connection{}", hint_suffix(.hint))]
     Disconnected {
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
         /// What we were doing, and a likely cause when there is one.
         hint: Option<String>,
@@ -81,31 +91,43 @@ pub enum Error {
     /// The connection was closed by this client (its handle was dropped or
     /// its driver stopped).
     #[error("the connection to broker {broker} is closed")]
-    ConnectionClosed { broker: BrokerRef },
+    ConnectionClosed {
+        /// The broker (its address, and node id when known).
+        broker: BrokerRef,
+    },
     /// No response arrived within the request timeout. The connection is
     /// closed as a result (as the Java client does), so the outcome of the
     /// request is unknown.
     #[error("{api} request to broker {broker} timed out after {timeout:?}")]
     RequestTimeout {
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
+        /// The Kafka API of the request (e.g. `Produce`).
         api: &'static str,
+        /// The request timeout.
         timeout: Duration,
     },
     /// The broker sent bytes we could not frame or decode, or the two sides
     /// share no version of an API.
     #[error("protocol error with broker {broker} ({api}): {source}")]
     Protocol {
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
+        /// The Kafka API of the request (e.g. `Produce`).
         api: &'static str,
         #[source]
+        /// The wire crate's error.
         source: Arc<clink_kafka_wire::Error>,
     },
     /// SASL authentication failed. Carries the broker's message (never the
     /// password). The client never falls back to another mechanism.
     #[error("SASL {mechanism} authentication with broker {broker} failed: {message}")]
     Authentication {
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
+        /// The SASL mechanism (e.g. `SCRAM-SHA-256`).
         mechanism: &'static str,
+        /// The broker's error message (never the password).
         message: String,
     },
     /// TLS failed: the broker's certificate is not trusted or does not name
@@ -113,91 +135,158 @@ pub enum Error {
     /// failed. Never followed by a plaintext attempt.
     #[error("TLS with broker {broker} failed: {kind}: {reason}")]
     Tls {
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
+        /// Which kind of TLS failure.
         kind: TlsFailure,
+        /// The TLS library's description.
         reason: String,
     },
     /// The broker answered with a Kafka error code.
     #[error("{api}{} on broker {broker}: {code}{}", location(.topic, .partition), message_suffix(.message))]
     Kafka {
+        /// The Kafka API of the request (e.g. `Produce`).
         api: &'static str,
+        /// The broker (its address, and node id when known).
         broker: BrokerRef,
+        /// The topic, when the error is about one.
         topic: Option<String>,
+        /// The partition, when the error is about one.
         partition: Option<i32>,
+        /// The Kafka error code the broker answered with.
         code: KafkaCode,
         /// The broker's error message, when it sent one.
         message: Option<String>,
     },
     /// None of the bootstrap brokers could be reached.
     #[error("no bootstrap broker reachable ({brokers}); last error: {last}")]
-    NoBrokerAvailable { brokers: String, last: Box<Error> },
+    NoBrokerAvailable {
+        /// The bootstrap brokers tried, comma-separated.
+        brokers: String,
+        /// The last connection error.
+        last: Box<Error>,
+    },
     /// The topic is not in the cluster's metadata.
     #[error("topic {topic:?} does not exist (UNKNOWN_TOPIC_OR_PARTITION after {waited:?})")]
-    UnknownTopic { topic: String, waited: Duration },
+    UnknownTopic {
+        /// The topic.
+        topic: String,
+        /// How long the client retried before giving up.
+        waited: Duration,
+    },
     /// The topic exists but has no such partition.
     #[error("topic {topic:?} has {partitions} partitions; partition {partition} does not exist")]
     UnknownPartition {
+        /// The topic.
         topic: String,
+        /// The partition asked for.
         partition: i32,
+        /// How many partitions the topic has.
         partitions: usize,
     },
     /// The partition has no leader, and none appeared while we retried.
     #[error("{topic}[{partition}] has no available leader after {waited:?}: {code}")]
     LeaderNotAvailable {
+        /// The topic.
         topic: String,
+        /// The partition index.
         partition: i32,
+        /// How long the client retried before giving up.
         waited: Duration,
+        /// The last error code the metadata gave for the partition.
         code: KafkaCode,
     },
     /// A bounded wait ran out.
     #[error("{operation} did not complete within {timeout:?}")]
-    Timeout { operation: String, timeout: Duration },
+    Timeout {
+        /// What was waited for.
+        operation: String,
+        /// The bound that ran out.
+        timeout: Duration,
+    },
     /// A configuration value is invalid.
     #[error("invalid configuration {option}: {message}")]
-    Config { option: &'static str, message: String },
+    Config {
+        /// The option (or flag) the value came from.
+        option: &'static str,
+        /// Why the value is invalid.
+        message: String,
+    },
     /// A librdkafka or Java property the client cannot take (unknown, with
     /// the closest known name; refused, with the reason).
     #[error("property {property:?}: {message}")]
-    Property { property: String, message: String },
+    Property {
+        /// The property's name, as given.
+        property: String,
+        /// Why the property is refused, or the closest known name.
+        message: String,
+    },
     /// A fetched record batch failed to decode (CRC, codec, truncation).
     #[error("corrupt record data in {topic}[{partition}] at offset {offset}: {source}")]
     CorruptRecord {
+        /// The topic.
         topic: String,
+        /// The partition index.
         partition: i32,
+        /// The offset of the batch (or record) that failed.
         offset: i64,
         #[source]
+        /// The wire crate's decode error.
         source: Arc<clink_kafka_wire::Error>,
     },
     /// The fetch offset is outside the partition's log.
     #[error("offset {offset} is out of range for {topic}[{partition}]")]
-    OffsetOutOfRange { topic: String, partition: i32, offset: i64 },
+    OffsetOutOfRange {
+        /// The topic.
+        topic: String,
+        /// The partition index.
+        partition: i32,
+        /// The offset that was asked for.
+        offset: i64,
+    },
     /// After a leader change the new leader's log ends the position's
     /// leader epoch below the position (KIP-320: an unclean election
     /// truncated records this consumer had handed over), and no
     /// `auto_offset_reset` is set. The partition is not fetched until a seek.
     #[error("log truncation on {topic}[{partition}]: the position {position} is past {divergent_offset}, where the new leader's log diverges (records {divergent_offset}..{position} were truncated); no offset reset policy is set: seek to continue")]
     LogTruncation {
+        /// The topic.
         topic: String,
+        /// The partition index.
         partition: i32,
+        /// The consumer's position (the next offset it would hand over).
         position: i64,
+        /// The offset where the new leader's log diverges from the records handed over.
         divergent_offset: i64,
     },
     /// The partition is not assigned to this consumer.
     #[error("{topic}[{partition}] is not assigned to this consumer")]
-    NotAssigned { topic: String, partition: i32 },
+    NotAssigned {
+        /// The topic.
+        topic: String,
+        /// The partition index.
+        partition: i32,
+    },
     /// A record or request is larger than a limit.
     #[error("{what} of {size} bytes exceeds the limit of {limit} bytes ({option})")]
     TooLarge {
+        /// What is too large (e.g. a record).
         what: &'static str,
+        /// The size, in bytes.
         size: usize,
+        /// The limit, in bytes.
         limit: usize,
+        /// The option that sets the limit.
         option: &'static str,
     },
     /// The producer hit an error it cannot recover from (for the idempotent
     /// producer: an unknown outcome or a broken sequence). Sticky: every
     /// later send fails with it.
     #[error("producer failed: {cause}")]
-    ProducerFailed { cause: Box<Error> },
+    ProducerFailed {
+        /// The error that made the producer fail.
+        cause: Box<Error>,
+    },
     /// The producer was closed before the record was delivered.
     #[error("the producer is closed")]
     ProducerClosed,
@@ -206,38 +295,58 @@ pub enum Error {
     /// Fatal and sticky for the transactional producer.
     #[error("transactional producer {transactional_id:?} (producer id {producer_id}, epoch {producer_epoch}) was fenced: {api} answered PRODUCER_FENCED{}", broker_suffix(.broker))]
     ProducerFenced {
+        /// The transactional id (`transactional.id`).
         transactional_id: String,
+        /// The producer id.
         producer_id: i64,
+        /// The producer epoch.
         producer_epoch: i16,
+        /// The Kafka API of the request (e.g. `Produce`).
         api: &'static str,
+        /// The broker that answered, when known.
         broker: Option<BrokerRef>,
     },
     /// INVALID_PRODUCER_EPOCH: the epoch is not the coordinator's (the
     /// pre-KIP-588 spelling of a fence). Fatal and sticky.
     #[error("transactional producer {transactional_id:?} (producer id {producer_id}, epoch {producer_epoch}): {api} answered INVALID_PRODUCER_EPOCH{}", broker_suffix(.broker))]
     InvalidProducerEpoch {
+        /// The transactional id (`transactional.id`).
         transactional_id: String,
+        /// The producer id.
         producer_id: i64,
+        /// The producer epoch.
         producer_epoch: i16,
+        /// The Kafka API of the request (e.g. `Produce`).
         api: &'static str,
+        /// The broker that answered, when known.
         broker: Option<BrokerRef>,
     },
     /// INVALID_TXN_STATE from the coordinator, or a call that does not fit
     /// the transaction's state here (e.g. `send` with no open transaction).
     #[error("transaction {transactional_id:?}: invalid transaction state: {message}")]
-    InvalidTxnState { transactional_id: String, message: String },
+    InvalidTxnState {
+        /// The transactional id (`transactional.id`).
+        transactional_id: String,
+        /// The state, and the call that did not fit it.
+        message: String,
+    },
     /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED. Fatal.
     #[error("not authorized to use transactional id {transactional_id:?} ({api}{})", broker_suffix(.broker))]
     TransactionalIdAuthorizationFailed {
+        /// The transactional id (`transactional.id`).
         transactional_id: String,
+        /// The Kafka API of the request (e.g. `Produce`).
         api: &'static str,
+        /// The broker that answered, when known.
         broker: Option<BrokerRef>,
     },
     /// A record of the open transaction failed; the transaction can only be
     /// aborted now (then a new one may begin).
     #[error("transaction {transactional_id:?} must be aborted: {cause}")]
     TransactionAbortRequired {
+        /// The transactional id (`transactional.id`).
         transactional_id: String,
+        /// The record's failure.
         cause: Box<Error>,
     },
 }

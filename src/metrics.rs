@@ -57,20 +57,46 @@ pub fn series(prefix: &str, name: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MetricsError {
+    /// The value is not an `IP:PORT` address.
     #[error("{option} {value:?}: not an IP:PORT address (e.g. 127.0.0.1:9464)")]
-    BadAddress { option: &'static str, value: String },
+    BadAddress {
+        /// The option (or flag) the value came from.
+        option: &'static str,
+        /// The value given.
+        value: String,
+    },
+    /// The address is not a loopback address (the endpoint is loopback-only).
     #[error("{option} {value:?}: not a loopback address; the metrics endpoint listens on 127.0.0.0/8 or [::1] only")]
-    NotLoopback { option: &'static str, value: String },
+    NotLoopback {
+        /// The option (or flag) the value came from.
+        option: &'static str,
+        /// The address given.
+        value: String,
+    },
+    /// The endpoint could not listen on the address.
     #[error("{option} {value:?}: cannot listen there: {source}")]
     Bind {
+        /// The option (or flag) the value came from.
         option: &'static str,
+        /// The address given.
         value: String,
+        /// The I/O error from binding.
         source: std::io::Error,
     },
+    /// Another metrics recorder is already installed in this process.
     #[error("{option}: another metrics recorder is already installed in this process")]
-    RecorderTaken { option: &'static str },
+    RecorderTaken {
+        /// The option (or flag) that asked for the recorder.
+        option: &'static str,
+    },
+    /// The histogram buckets were refused by the exporter.
     #[error("{option}: the histogram buckets were refused: {message}")]
-    Buckets { option: &'static str, message: String },
+    Buckets {
+        /// The option (or flag) the value came from.
+        option: &'static str,
+        /// Why the buckets were refused.
+        message: String,
+    },
 }
 
 /// A connector's own series: `consumed` / `consume_errors` and the

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use clink_kafka::client::properties::ClientProperties;
 use clink_kafka::client::{
-    Cluster, Consumer, ConsumerConfig, NewTopic, ProducerConfig, ProducerRecord, TransactionalProducer,
+    Cluster, Consumer, ConsumerConfig, NewTopic, ProducerConfig, ProducerRecord, TopicPartition, TransactionalProducer,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +79,7 @@ async fn a_producer_and_consumer_built_from_properties_act_on_them() {
     assert_eq!(consumer_config.max_poll_records, 2);
     let consumer_cluster = common::cluster(client).await;
     let mut consumer = Consumer::new(consumer_cluster, consumer_config);
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut values = Vec::new();
     let mut largest_poll = 0;
@@ -158,7 +158,7 @@ async fn a_producer_and_consumer_built_from_properties_act_on_them() {
 
 async fn read_all(cluster: Cluster, config: ConsumerConfig, topic: &str, at_least: usize) -> Vec<String> {
     let mut consumer = Consumer::new(cluster, config);
-    consumer.assign(&[(topic, 0)]);
+    consumer.assign(&[TopicPartition::new(topic, 0)]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut values = Vec::new();
     while values.len() < at_least && Instant::now() < deadline {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
     Consumer, ConsumerConfig, IsolationLevel, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord,
-    TransactionalProducer, TxnConfig,
+    TopicPartition, TransactionalProducer, TxnConfig, Watermarks,
 };
 use common::cluster::{self as kc, ClusterLock};
 
@@ -130,7 +130,9 @@ async fn read_committed_consumer_sees_every_committed_record_once_while_leaders_
                 cluster,
                 ConsumerConfig::default().with_isolation(IsolationLevel::ReadCommitted),
             );
-            let assignment: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (topic.as_str(), p)).collect();
+            let assignment: Vec<TopicPartition> = (0..PARTITIONS)
+                .map(|p| TopicPartition::new(topic.as_str(), p))
+                .collect();
             consumer.assign(&assignment);
             consumer.seek_all(Offset::Earliest).await.expect("seek");
             let deadline = Instant::now() + Duration::from_secs(300);
@@ -139,7 +141,7 @@ async fn read_committed_consumer_sees_every_committed_record_once_while_leaders_
                 let want = expected.load(Ordering::Acquire);
                 let at_end = (0..PARTITIONS).all(|p| {
                     matches!((consumer.watermarks(&topic, p), consumer.position(&topic, p)),
-                        (Some((hw, lso)), Some(pos)) if lso == hw && pos >= lso)
+                        (Some(Watermarks { high_watermark: hw, last_stable_offset: lso }), Some(pos)) if lso == hw && pos >= lso)
                 });
                 if values.len() >= want && at_end {
                     return values;

@@ -27,7 +27,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{Acks, Consumer, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
+use clink_kafka::client::{
+    Acks, Consumer, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+};
 use clink_kafka::Error;
 use common::cluster::{self as kc, check_exactly_once_in_order, ClusterLock, OrderedReader, PacedProducer, PARTITIONS};
 use common::proxy::ClusterProxy;
@@ -95,7 +97,7 @@ async fn a_rack_aware_consumer_fetches_from_the_follower_in_its_rack_and_falls_b
             // Small answers: many fetches, each counted.
             .with_partition_max_bytes(16 * 1024),
     );
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer.seek(&topic, 0, Offset::Earliest).await.expect("seek");
     let mut values = poll_values(&mut consumer, FIRST).await;
     let counts = consumer.fetch_counts();
@@ -205,7 +207,7 @@ async fn a_log_truncated_by_an_unclean_election_is_detected_never_silently_rerea
     let mut resetting = consumer(Some(Offset::Earliest));
     let mut strict = consumer(None);
     for c in [&mut resetting, &mut strict] {
-        c.assign(&[(topic.as_str(), 0)]);
+        c.assign(&[TopicPartition::new(&topic, 0)]);
         c.seek(&topic, 0, Offset::Earliest).await.expect("seek");
         let got = poll_values(c, 150).await;
         assert_eq!(got.last().map(String::as_str), Some("unreplicated-149"));
@@ -422,7 +424,9 @@ async fn a_consumer_cut_off_from_one_broker_keeps_reading_the_partitions_the_oth
         let (progress, want, topic) = (progress.clone(), want.clone(), topic.clone());
         tokio::spawn(async move {
             let mut consumer = Consumer::new(proxied, ConsumerConfig::default());
-            let assignment: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (topic.as_str(), p)).collect();
+            let assignment: Vec<TopicPartition> = (0..PARTITIONS)
+                .map(|p| TopicPartition::new(topic.as_str(), p))
+                .collect();
             consumer.assign(&assignment);
             consumer.seek_all(Offset::Earliest).await.expect("seek");
             let deadline = Instant::now() + Duration::from_secs(180);

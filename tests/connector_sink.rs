@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clink_kafka::client::{Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset};
+use clink_kafka::client::{Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset, TopicPartition};
 use clink_kafka::connector::options::{parse_sink, parse_source, parse_upsert, FactoryKind};
-use clink_kafka::connector::registry::FACTORY_NAMES;
 use clink_kafka::connector::selected;
+use clink_kafka::connector::FACTORY_NAMES;
 use clink_kafka::connector::{
     install, BuildContext, ConnectorError, KafkaMessage, Operator, Registry, Sink, Source, Text, TextKafkaSink,
 };
@@ -111,7 +111,7 @@ async fn a_record_that_cannot_be_delivered_fails_the_call_and_counts() {
 /// Every record of `topic[0]` from the log start to the end.
 async fn read_all(cluster: &clink_kafka::client::Cluster, topic: &str) -> Vec<ConsumerRecord> {
     let mut consumer = Consumer::new(cluster.clone(), ConsumerConfig::default());
-    consumer.assign(&[(topic, 0)]);
+    consumer.assign(&[TopicPartition::new(topic, 0)]);
     let end = consumer.list_offset(topic, 0, Offset::Latest).await.unwrap();
     consumer.seek(topic, 0, Offset::Earliest).await.unwrap();
     let mut out = Vec::new();

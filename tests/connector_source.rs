@@ -8,14 +8,14 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{Admin, GroupOffsets, NewTopic, TopicPartitionOffset};
-use clink_kafka::connector::backend::{ConsumerBackend, Watermark};
+use clink_kafka::client::{Admin, GroupOffsets, NewTopic, PartitionOffset, TopicPartition, TopicPartitionOffset};
 use clink_kafka::connector::options::{parse_source, AutoOffsetReset, FactoryKind, SourceOptions};
 use clink_kafka::connector::selected::{self, SelectedConsumer};
-use clink_kafka::connector::source::Origin;
+use clink_kafka::connector::Origin;
 use clink_kafka::connector::{
     install, BuildContext, ConnectorError, KafkaMessage, KafkaSource, Registry, Source, StateRow,
 };
+use clink_kafka::connector::{ConsumerBackend, Watermark};
 
 fn source(brokers: &str, topic: &str, extra: &[(&str, &str)], index: u32, n: u32) -> KafkaSource<SelectedConsumer> {
     let params: BTreeMap<String, String> = common::connector::connector_params(brokers, topic, extra)
@@ -186,7 +186,7 @@ async fn restore_resumes_at_exactly_the_next_record() {
     let mut odd = source(&brokers, &topic, &[], 1, 2);
     odd.restore(&rows).unwrap();
     odd.open().await.unwrap();
-    assert_eq!(odd.assignment(), vec![(1, next(1))]);
+    assert_eq!(odd.assignment(), vec![PartitionOffset::new(1, next(1))]);
     assert_eq!(odd.snapshot().len(), 1);
     odd.close().await.unwrap();
 }
@@ -210,7 +210,7 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
     );
     s.open().await.unwrap();
     assert_eq!(s.origins()[&0], Origin::Reset(AutoOffsetReset::Earliest));
-    assert_eq!(s.assignment(), vec![(0, 0)]);
+    assert_eq!(s.assignment(), vec![PartitionOffset::new(0, 0)]);
     let got = read_n(&mut s, 3).await;
     assert_eq!(got.iter().map(text).collect::<Vec<_>>(), values("old", 0..3));
     s.close().await.unwrap();
@@ -226,7 +226,7 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
     );
     s.open().await.unwrap();
     assert_eq!(s.origins()[&0], Origin::Reset(AutoOffsetReset::Latest));
-    assert_eq!(s.assignment(), vec![(0, 3)]);
+    assert_eq!(s.assignment(), vec![PartitionOffset::new(0, 3)]);
     common::connector::produce_values(&cluster, &topic, Some(0), &["new-0".to_owned()]).await;
     let got = read_n(&mut s, 1).await;
     assert_eq!(got.iter().map(text).collect::<Vec<_>>(), ["new-0"]);
@@ -271,9 +271,9 @@ async fn fresh_group_starts_by_policy_and_a_committed_offset_is_used() {
     let got = read_n(&mut s, 2).await;
     assert_eq!(got.iter().map(text).collect::<Vec<_>>(), ["old-2", "new-0"]);
     s.close().await.unwrap();
-    let committed = offsets.fetch(&[(topic.as_str(), 0)], false).await.unwrap();
+    let committed = offsets.fetch(&[TopicPartition::new(&topic, 0)], false).await.unwrap();
     assert_eq!(
-        committed[&(topic.clone(), 0)].as_ref().map(|c| c.offset),
+        committed[&TopicPartition::new(&topic, 0)].as_ref().map(|c| c.offset),
         Some(2),
         "the source did not commit"
     );
@@ -428,7 +428,7 @@ impl ConsumerBackend for Trickle {
     ) -> clink_kafka::connector::Result<BTreeMap<i32, Option<i64>>> {
         Ok(partitions.iter().map(|p| (*p, None)).collect())
     }
-    async fn assign(&mut self, _: &str, _: &[(i32, i64)]) -> clink_kafka::connector::Result<()> {
+    async fn assign(&mut self, _: &str, _: &[PartitionOffset]) -> clink_kafka::connector::Result<()> {
         Ok(())
     }
     async fn poll(&mut self, timeout: Duration) -> clink_kafka::connector::Result<Vec<KafkaMessage>> {

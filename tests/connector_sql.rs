@@ -11,7 +11,7 @@ use clink_kafka::client::NewTopic;
 use clink_kafka::connector::sql::{
     build_table, json_to_row, parse_create_table, plan, row_to_json, Row, SqlType, SqlValue, TableMode, TableRole,
 };
-use clink_kafka::connector::upsert::RowKind;
+use clink_kafka::connector::RowKind;
 use clink_kafka::connector::{install, ConnectorError, Operator, Registry};
 
 const CLICKS: &str = "CREATE TABLE clicks (

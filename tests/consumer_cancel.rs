@@ -13,7 +13,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
-    Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord,
+    Cluster, Consumer, ConsumerConfig, ConsumerRecord, FetchSessionState, NewTopic, Offset, Producer, ProducerConfig,
+    ProducerRecord,
 };
 use clink_kafka::connector::options::{parse_source, FactoryKind};
 use clink_kafka::connector::{KafkaMessage, KafkaSource, Source};
@@ -240,7 +241,7 @@ async fn incremental_fetch_sessions_are_used_and_stay_correct() {
         assert!(Instant::now() < deadline, "only {} of {total} in 60 s", got.len());
         keep(&mut got, consumer.poll(Duration::from_millis(500)).await.unwrap());
         // The single broker is node 1.
-        if let Some((id, epoch)) = consumer.fetch_session(1) {
+        if let Some(FetchSessionState { id, epoch }) = consumer.fetch_session(1) {
             epochs.push((id, epoch));
         }
     }

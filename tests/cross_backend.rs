@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 use clink_kafka::client::{
     NewTopic, ProducerConfig, ProducerRecord, TransactionVersion, TransactionalProducer, TxnConfig,
 };
-use clink_kafka::connector::backend::{ProducerBackend, TransactionalProducerBackend};
 use clink_kafka::connector::options::{parse_sink, parse_source, parse_two_phase_commit, FactoryKind};
 #[cfg(feature = "rdkafka")]
 use clink_kafka::connector::rdkafka::RdkafkaTransactionalProducer;
 use clink_kafka::connector::{
     install, selected, BuildContext, Registry, Sink, Source, StagedCheckpoint, StateRow, Text,
 };
+use clink_kafka::connector::{ProducerBackend, TransactionalProducerBackend};
 
 const BIN: &str = env!("CARGO_BIN_EXE_clink-kafka");
 const T: Duration = Duration::from_secs(30);

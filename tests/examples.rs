@@ -19,7 +19,7 @@ mod transactional;
 #[path = "../examples/twopc_sink.rs"]
 mod twopc_sink;
 
-use clink_kafka::client::{GroupOffsets, NewTopic};
+use clink_kafka::client::{GroupOffsets, NewTopic, TopicPartition};
 
 fn lines(out: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(out).lines().map(str::to_owned).collect()
@@ -72,7 +72,7 @@ async fn the_transactional_loop_copies_upper_cased_and_commits_the_offsets() {
     assert_eq!(got, want);
     let offsets = GroupOffsets::new(cluster.clone(), &group)
         .unwrap()
-        .fetch(&[(input.as_str(), 0)], true)
+        .fetch(&[TopicPartition::new(&input, 0)], true)
         .await
         .unwrap();
     let next = offsets.values().next().cloned().flatten().map(|c| c.offset);

@@ -8,7 +8,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{Consumer, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord};
+use clink_kafka::client::{
+    Consumer, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+};
 
 const RECORDS: usize = 120;
 const VALUE: usize = 10 * 1024;
@@ -53,7 +55,7 @@ async fn polls_are_bounded_by_the_fetch_limits_and_big_records_still_arrive() {
             .with_partition_max_bytes(partition_max_bytes)
             .with_max_bytes(32 * 1024),
     );
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer.seek(&topic, 0, Offset::Earliest).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut got = Vec::new();
@@ -106,7 +108,7 @@ async fn polls_are_bounded_by_the_fetch_limits_and_big_records_still_arrive() {
 
     // With the defaults (50 MiB), far fewer polls are needed.
     let mut unbounded = Consumer::new(cluster.clone(), ConsumerConfig::default());
-    unbounded.assign(&[(topic.as_str(), 0)]);
+    unbounded.assign(&[TopicPartition::new(&topic, 0)]);
     unbounded.seek(&topic, 0, Offset::Earliest).await.unwrap();
     let mut n = 0;
     let mut default_polls = 0;

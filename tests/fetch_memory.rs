@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use clink_kafka::client::{Consumer, ConsumerConfig, Offset};
+use clink_kafka::client::{Consumer, ConsumerConfig, Offset, TopicPartition};
 use clink_kafka::wire::compression::Compression;
 use clink_kafka::wire::record::{BatchMeta, RecordBatchEncoder, RecordOut};
 use fetch_peer::str;
@@ -141,7 +141,7 @@ async fn consume_all(codec: Compression, inflate_cap: usize, max_poll_bytes: usi
             .with_max_poll_bytes(max_poll_bytes)
             .with_max_batch_inflate(inflate_cap),
     );
-    consumer.assign(&[(TOPIC, 0)]);
+    consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
     consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();
     let baseline = LIVE.load(Ordering::Relaxed);
     PEAK.store(baseline, Ordering::Relaxed);

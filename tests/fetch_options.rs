@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use clink_kafka::client::{Consumer, ConsumerConfig, ConsumerRecord, Offset};
+use clink_kafka::client::{Consumer, ConsumerConfig, ConsumerRecord, Offset, TopicPartition};
 use clink_kafka::connector::options::{parse_source, FactoryKind};
 use clink_kafka::wire::compression::Compression;
 use clink_kafka::wire::record::{BatchMeta, RecordBatchEncoder, RecordOut};
@@ -107,7 +107,7 @@ async fn consumer(config: ConsumerConfig, big: bool, throttle_ms: i32) -> (Consu
     });
     let cluster = fetch_peer::start(TOPIC, 1, answer).await;
     let mut consumer = Consumer::new(cluster, config);
-    consumer.assign(&[(TOPIC, 0)]);
+    consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
     consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();
     (consumer, seen)
 }

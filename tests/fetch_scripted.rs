@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use clink_kafka::client::{Consumer, ConsumerConfig, Offset};
+use clink_kafka::client::{Consumer, ConsumerConfig, Offset, TopicPartition};
 use clink_kafka::wire::compression::Compression;
 use clink_kafka::wire::record::{BatchMeta, RecordBatchEncoder, RecordOut};
 use fetch_peer::str;
@@ -172,7 +172,7 @@ async fn a_broker_answering_nothing_at_once_is_not_spun_on() {
         cluster,
         ConsumerConfig::default().with_max_wait(Duration::from_millis(100)),
     );
-    consumer.assign(&[(TOPIC, 0)]);
+    consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
     consumer.seek(TOPIC, 0, Offset::At(LOG_LEN)).await.unwrap();
     // 1 s of polling: without pacing this is thousands of requests.
     let until = Instant::now() + Duration::from_secs(1);
@@ -215,7 +215,7 @@ async fn broker_throttling_is_honoured_up_to_the_cap() {
                 .with_max_wait(Duration::from_millis(10))
                 .with_max_throttle(max_throttle),
         );
-        consumer.assign(&[(TOPIC, 0)]);
+        consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
         consumer.seek(TOPIC, 0, Offset::At(LOG_LEN)).await.unwrap();
         let until = Instant::now() + Duration::from_millis(1200);
         while Instant::now() < until {
@@ -476,7 +476,7 @@ async fn stale_leadership_errors_refresh_metadata_and_the_fetch_resumes() {
             cluster,
             ConsumerConfig::default().with_max_wait(Duration::from_millis(20)),
         );
-        consumer.assign(&[(TOPIC, 0)]);
+        consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
         consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();
         let before = metadata.load(std::sync::atomic::Ordering::Relaxed);
         let mut got = Vec::new();

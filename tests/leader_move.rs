@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use clink_kafka::client::{
-    ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, Producer, ProducerConfig, ProducerRecord,
+    ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
 };
 use clink_kafka::wire::record::{BatchMeta, DecodeOptions, RecordBatch, RecordBatchEncoder, RecordOut};
 use common::scripted::{encode, str};
@@ -283,7 +283,7 @@ async fn start(move_after: usize) -> (Cluster, Arc<Mutex<State>>) {
 async fn consumer_follows_the_leader_to_another_broker() {
     let (cluster, state) = start(1).await;
     let mut consumer = Consumer::new(cluster, ConsumerConfig::default());
-    consumer.assign(&[(TOPIC, 0)]);
+    consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
     consumer.seek(TOPIC, 0, Offset::Earliest).await.unwrap();
     let mut got = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -358,7 +358,7 @@ async fn a_leader_without_an_address_is_refreshed_and_retried() {
     cache_an_unlisted_leader(&cluster, &state).await;
     let before = state.lock().unwrap().metadata_requests;
     let mut consumer = Consumer::new(cluster.clone(), ConsumerConfig::default());
-    consumer.assign(&[(TOPIC, 0)]);
+    consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
     consumer.seek(TOPIC, 0, Offset::At(0)).await.unwrap();
     let mut got = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -44,8 +44,8 @@ mod mock;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    Producer, ProducerConfig, ProducerRecord, TopicPartitionOffset, TransactionVersion, TransactionalProducer,
-    TxnConfig,
+    PartitionOffset, Producer, ProducerConfig, ProducerRecord, TopicPartition, TopicPartitionOffset,
+    TransactionVersion, TransactionalProducer, TxnConfig,
 };
 use mock::{assert_exactly_once, native_cluster, native_read_all, rdkafka_read_all, Mock, BOUND};
 use rdkafka::types::RDKafkaApiKey as Api;
@@ -123,7 +123,7 @@ async fn native_idempotent_producer_sequences() {
     let sent = values("idem", 60);
     native_produce(&producer, &topic, &sent).await;
     let mut consumer = clink_kafka::client::Consumer::new(cluster, Default::default());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer
         .seek(&topic, 0, clink_kafka::client::Offset::Earliest)
         .await
@@ -157,7 +157,7 @@ async fn native_transactions_commit_abort_and_offsets() {
     let topic = mock.topic("mock-txn", 2);
     let cluster = native_cluster(mock.client_config()).await;
     assert_eq!(
-        clink_kafka::client::txn::transaction_version(&cluster).await.unwrap(),
+        clink_kafka::client::transaction_version(&cluster).await.unwrap(),
         TransactionVersion::V1,
         "the mock finalizes no transaction.version feature"
     );
@@ -253,7 +253,7 @@ async fn produce_connection_cut_resends_the_same_sequence() {
     native_produce(&producer, &topic, &sent).await;
     let cluster = native_cluster(mock.client_config()).await;
     let mut consumer = clink_kafka::client::Consumer::new(cluster.clone(), Default::default());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer
         .seek(&topic, 0, clink_kafka::client::Offset::Earliest)
         .await
@@ -365,7 +365,7 @@ async fn fetch_fatal_error_names_the_api() {
     let topic = mock.topic("mock-fetch-fatal", 1);
     let cluster = native_cluster(mock.client_config()).await;
     let mut consumer = clink_kafka::client::Consumer::new(cluster, Default::default());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     consumer
         .seek(&topic, 0, clink_kafka::client::Offset::Earliest)
         .await
@@ -658,9 +658,9 @@ async fn round_trip_time_slow_and_timed_out() {
     // the ApiVersions handshake: both named in the error.
     let text = err.to_string();
     assert!(
-        matches!(&err, clink_kafka::error::Error::NoBrokerAvailable { last, .. }
-            if matches!(**last, clink_kafka::error::Error::RequestTimeout { api: "ApiVersions", .. }))
-            || matches!(err, clink_kafka::error::Error::RequestTimeout { api: "Metadata", .. }),
+        matches!(&err, clink_kafka::Error::NoBrokerAvailable { last, .. }
+            if matches!(**last, clink_kafka::Error::RequestTimeout { api: "ApiVersions", .. }))
+            || matches!(err, clink_kafka::Error::RequestTimeout { api: "Metadata", .. }),
         "{text}"
     );
     assert!(text.contains("timed out after 1s"), "{text}");
@@ -857,11 +857,11 @@ async fn rdkafka_leader_down_then_up() {
 // The connector's backend seam (`connector::backend`), generic over the
 // backend: the same cases on the native and the rdkafka backend.
 
-use clink_kafka::connector::backend::{
+use clink_kafka::connector::KafkaMessage;
+use clink_kafka::connector::{
     ConsumerBackend, NativeConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
     TransactionalProducerBackend, Watermark,
 };
-use clink_kafka::connector::KafkaMessage;
 
 /// Sends `sent` through a producer backend (keyed, so they spread), flushes
 /// and waits for every delivery.
@@ -874,7 +874,7 @@ async fn backend_produce<P: ProducerBackend>(producer: &P, topic: &str, sent: &[
     }
     producer.flush(BOUND).await.expect("backend flush");
     for d in deliveries {
-        let (partition, offset) = tokio::time::timeout(BOUND, d)
+        let PartitionOffset { partition, offset } = tokio::time::timeout(BOUND, d)
             .await
             .expect("bounded")
             .expect("backend delivery");
@@ -899,7 +899,7 @@ async fn backend_read_all<C: ConsumerBackend>(
     for p in 0..partitions {
         let low = consumer.watermark(topic, p, Watermark::Low).await.unwrap();
         high_sum += consumer.watermark(topic, p, Watermark::High).await.unwrap() - low;
-        assignment.push((p, low));
+        assignment.push(PartitionOffset::new(p, low));
     }
     assert_eq!(high_sum as usize, expected, "watermarks of {topic}");
     consumer.assign(topic, &assignment).await.expect("assign");

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    CommittedOffset, Consumer, ConsumerConfig, GroupOffsets, NewTopic, Offset, Producer, ProducerConfig,
-    ProducerRecord, TopicPartitionOffset,
+    CommittedOffset, Consumer, ConsumerConfig, GroupOffsets, NewTopic, Offset, OffsetAndTimestamp, Producer,
+    ProducerConfig, ProducerRecord, TopicPartition, TopicPartitionOffset,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -33,17 +33,44 @@ async fn list_offsets_by_timestamp_and_seek() {
     producer.flush(Duration::from_secs(30)).await.unwrap();
 
     let mut consumer = Consumer::new(cluster.clone(), ConsumerConfig::default());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     let at = |ts| consumer.offset_for_timestamp(&topic, 0, ts);
-    assert_eq!(at(0).await.unwrap(), Some((0, 1000)));
-    assert_eq!(at(1000).await.unwrap(), Some((0, 1000)));
+    assert_eq!(
+        at(0).await.unwrap(),
+        Some(OffsetAndTimestamp {
+            offset: 0,
+            timestamp_ms: 1000
+        })
+    );
+    assert_eq!(
+        at(1000).await.unwrap(),
+        Some(OffsetAndTimestamp {
+            offset: 0,
+            timestamp_ms: 1000
+        })
+    );
     assert_eq!(
         at(1001).await.unwrap(),
-        Some((1, 2000)),
+        Some(OffsetAndTimestamp {
+            offset: 1,
+            timestamp_ms: 2000
+        }),
         "the first of two equal stamps"
     );
-    assert_eq!(at(2001).await.unwrap(), Some((3, 5000)));
-    assert_eq!(at(9000).await.unwrap(), Some((4, 9000)));
+    assert_eq!(
+        at(2001).await.unwrap(),
+        Some(OffsetAndTimestamp {
+            offset: 3,
+            timestamp_ms: 5000
+        })
+    );
+    assert_eq!(
+        at(9000).await.unwrap(),
+        Some(OffsetAndTimestamp {
+            offset: 4,
+            timestamp_ms: 9000
+        })
+    );
     assert_eq!(at(9001).await.unwrap(), None, "no record that late");
     let err = at(-5).await.unwrap_err();
     assert!(err.to_string().contains("timestamp"), "{err}");
@@ -68,7 +95,10 @@ async fn group_offsets_commit_and_fetch() {
     let group = GroupOffsets::new(cluster.clone(), common::unique_topic("group")).unwrap();
 
     // Nothing committed yet: every partition maps to None.
-    let fetched = group.fetch(&[(&topic, 0), (&topic, 1)], false).await.unwrap();
+    let fetched = group
+        .fetch(&[TopicPartition::new(&topic, 0), TopicPartition::new(&topic, 1)], false)
+        .await
+        .unwrap();
     assert_eq!(fetched.len(), 2);
     assert!(fetched.values().all(Option::is_none), "{fetched:?}");
 
@@ -80,32 +110,55 @@ async fn group_offsets_commit_and_fetch() {
         .await
         .unwrap();
     let fetched = group
-        .fetch(&[(&topic, 0), (&topic, 1), (&topic, 2)], true)
+        .fetch(
+            &[
+                TopicPartition::new(&topic, 0),
+                TopicPartition::new(&topic, 1),
+                TopicPartition::new(&topic, 2),
+            ],
+            true,
+        )
         .await
         .unwrap();
     assert_eq!(
-        fetched.get(&(topic.clone(), 0)),
+        fetched.get(&TopicPartition::new(&topic, 0)),
         Some(&Some(CommittedOffset {
             offset: 17,
             metadata: Some("checkpoint-1".into())
         }))
     );
-    assert_eq!(fetched.get(&(topic.clone(), 1)), Some(&None));
+    assert_eq!(fetched.get(&TopicPartition::new(&topic, 1)), Some(&None));
     assert_eq!(
-        fetched.get(&(topic.clone(), 2)).cloned().flatten().map(|c| c.offset),
+        fetched
+            .get(&TopicPartition::new(&topic, 2))
+            .cloned()
+            .flatten()
+            .map(|c| c.offset),
         Some(4)
     );
 
     // A later commit replaces the earlier one; other partitions keep theirs.
     group.commit(&[TopicPartitionOffset::new(&topic, 0, 40)]).await.unwrap();
-    let fetched = group.fetch(&[(&topic, 0), (&topic, 2)], false).await.unwrap();
-    assert_eq!(fetched[&(topic.clone(), 0)].as_ref().map(|c| c.offset), Some(40));
-    assert_eq!(fetched[&(topic.clone(), 2)].as_ref().map(|c| c.offset), Some(4));
+    let fetched = group
+        .fetch(&[TopicPartition::new(&topic, 0), TopicPartition::new(&topic, 2)], false)
+        .await
+        .unwrap();
+    assert_eq!(
+        fetched[&TopicPartition::new(&topic, 0)].as_ref().map(|c| c.offset),
+        Some(40)
+    );
+    assert_eq!(
+        fetched[&TopicPartition::new(&topic, 2)].as_ref().map(|c| c.offset),
+        Some(4)
+    );
 
     // Another handle on the same group (a restarted consumer) sees them.
     let again = GroupOffsets::new(cluster.clone(), group.group_id()).unwrap();
-    let fetched = again.fetch(&[(&topic, 0)], false).await.unwrap();
-    assert_eq!(fetched[&(topic.clone(), 0)].as_ref().map(|c| c.offset), Some(40));
+    let fetched = again.fetch(&[TopicPartition::new(&topic, 0)], false).await.unwrap();
+    assert_eq!(
+        fetched[&TopicPartition::new(&topic, 0)].as_ref().map(|c| c.offset),
+        Some(40)
+    );
 
     // Misconfiguration names the option.
     let err = GroupOffsets::new(cluster.clone(), "").unwrap_err();

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
     Cluster, Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, NewTopic, Offset, Producer, ProducerConfig,
-    ProducerRecord,
+    ProducerRecord, TopicPartition, Watermarks,
 };
 
 fn read_committed() -> ConsumerConfig {
@@ -48,7 +48,7 @@ async fn read_committed_without_transactions_reads_to_the_end() {
     let got = common::consume_exactly(&cluster, read_committed(), &topic, 0, Offset::Earliest, 50).await;
     assert_eq!(got.last().unwrap().record.offset, 49);
     let mut consumer = Consumer::new(cluster.clone(), read_committed());
-    consumer.assign(&[(topic.as_str(), 0)]);
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
     assert_eq!(
         consumer.seek(&topic, 0, Offset::Latest).await.unwrap(),
         50,
@@ -58,11 +58,11 @@ async fn read_committed_without_transactions_reads_to_the_end() {
     // may come after it: poll (bounded) until one did.
     for _ in 0..25 {
         let _ = consumer.poll(Duration::from_millis(200)).await.unwrap();
-        if consumer.watermarks(&topic, 0) != Some((-1, -1)) {
+        if consumer.watermarks(&topic, 0) != Some(watermarks(-1, -1)) {
             break;
         }
     }
-    assert_eq!(consumer.watermarks(&topic, 0), Some((50, 50)));
+    assert_eq!(consumer.watermarks(&topic, 0), Some(watermarks(50, 50)));
 }
 
 /// Where the Java client's jars are: the tools classpath if installed, else
@@ -195,7 +195,7 @@ async fn read_committed_skips_aborted_and_stops_at_lso() {
 
     let committed: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
     let mut rc = Consumer::new(cluster.clone(), read_committed());
-    rc.assign(&[(topic.as_str(), 0)]);
+    rc.assign(&[TopicPartition::new(&topic, 0)]);
     rc.seek(&topic, 0, Offset::Earliest).await.unwrap();
     let got = poll_until(&mut rc, 10, "read_committed").await;
     assert_eq!(keys(&got), committed, "only committed records, in order");
@@ -204,7 +204,10 @@ async fn read_committed_skips_aborted_and_stops_at_lso() {
         let more = rc.poll(Duration::from_millis(300)).await.unwrap();
         assert!(more.is_empty(), "read past the LSO: {:?}", keys(&more));
     }
-    let (hw, lso) = rc.watermarks(&topic, 0).unwrap();
+    let Watermarks {
+        high_watermark: hw,
+        last_stable_offset: lso,
+    } = rc.watermarks(&topic, 0).unwrap();
     assert!(
         lso < hw,
         "an open transaction keeps the LSO ({lso}) below the high watermark ({hw})"
@@ -219,7 +222,7 @@ async fn read_committed_skips_aborted_and_stops_at_lso() {
     // read_uncommitted sees every data record, aborted and open ones too,
     // but no marker.
     let mut ru = Consumer::new(cluster.clone(), ConsumerConfig::default());
-    ru.assign(&[(topic.as_str(), 0)]);
+    ru.assign(&[TopicPartition::new(&topic, 0)]);
     ru.seek(&topic, 0, Offset::Earliest).await.unwrap();
     let all = poll_until(&mut ru, 20, "read_uncommitted").await;
     let want: Vec<String> = [
@@ -245,7 +248,17 @@ async fn read_committed_skips_aborted_and_stops_at_lso() {
     assert_eq!(keys(&rest), (0..5).map(|i| format!("o{i}")).collect::<Vec<_>>());
     let more = rc.poll(Duration::from_millis(300)).await.unwrap();
     assert!(more.is_empty(), "{:?}", keys(&more));
-    let (hw, lso) = rc.watermarks(&topic, 0).unwrap();
+    let Watermarks {
+        high_watermark: hw,
+        last_stable_offset: lso,
+    } = rc.watermarks(&topic, 0).unwrap();
     assert_eq!((hw, lso), (24, 24));
     assert_eq!(rc.position(&topic, 0), Some(24), "past the last COMMIT marker");
+}
+
+fn watermarks(high_watermark: i64, last_stable_offset: i64) -> Watermarks {
+    Watermarks {
+        high_watermark,
+        last_stable_offset,
+    }
 }

@@ -680,7 +680,7 @@ async fn a_java_clients_orphan_is_described_and_committed() {
             String::from_utf8_lossy(&out.stderr)
         );
         let admin = Admin::new(cluster.clone());
-        let (handle, described) = clink_kafka::client::resolver::handle_from_description(&admin, &txn_id)
+        let (handle, described) = clink_kafka::client::handle_from_description(&admin, &txn_id)
             .await
             .expect("describe the Java orphan");
         assert_eq!(described.state, TransactionState::Ongoing, "{brokers}");

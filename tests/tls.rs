@@ -11,15 +11,16 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use clink_kafka::client::raw::BrokerConnection;
 use clink_kafka::client::{
-    BrokerConnection, ClientConfig, Cluster, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig,
-    ProducerRecord, SecurityProtocol, TlsConfig,
+    ClientConfig, Cluster, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord,
+    SecurityProtocol, TlsConfig,
 };
-use clink_kafka::error::TlsFailure;
 use clink_kafka::wire::kafka_protocol::messages::MetadataRequest;
 use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
 use clink_kafka::Error;
+use clink_kafka::TlsFailure;
 
 /// Bound on any connect attempt that is expected to fail.
 const FAIL_WITHIN: Duration = Duration::from_secs(20);

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use clink_kafka::client::{
-    Admin, Cluster, GroupOffsets, ListTransactionsFilter, NewTopic, ProducerConfig, ProducerRecord,
+    Admin, Cluster, GroupOffsets, ListTransactionsFilter, NewTopic, ProducerConfig, ProducerRecord, TopicPartition,
     TopicPartitionOffset, Transaction, TransactionState, TransactionVersion, TransactionalProducer, TxnConfig,
 };
 use clink_kafka::Error;
@@ -203,7 +203,10 @@ async fn offsets_commit_with_the_transaction_only() {
         .expect("offsets into the transaction");
         t.abort().await.unwrap();
         let offsets = GroupOffsets::new(cluster.clone(), &group).unwrap();
-        let fetched = offsets.fetch(&[(&topic, 0), (&topic, 1)], true).await.unwrap();
+        let fetched = offsets
+            .fetch(&[TopicPartition::new(&topic, 0), TopicPartition::new(&topic, 1)], true)
+            .await
+            .unwrap();
         assert!(
             fetched.values().all(Option::is_none),
             "{brokers}: aborted offsets are not committed: {fetched:?}"
@@ -221,7 +224,10 @@ async fn offsets_commit_with_the_transaction_only() {
         .await
         .expect("offsets into the transaction");
         t.commit().await.unwrap();
-        let fetched = offsets.fetch(&[(&topic, 0), (&topic, 1)], true).await.unwrap();
+        let fetched = offsets
+            .fetch(&[TopicPartition::new(&topic, 0), TopicPartition::new(&topic, 1)], true)
+            .await
+            .unwrap();
         let got: Vec<Option<i64>> = fetched.values().map(|o| o.as_ref().map(|c| c.offset)).collect();
         assert_eq!(got, vec![Some(43), Some(8)], "{brokers}");
     }

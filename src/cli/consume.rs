@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use clink_kafka::client::{Cluster, Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset};
+use clink_kafka::client::{Cluster, Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset, TopicPartition};
 
 use super::ConnectArgs;
 
@@ -158,7 +158,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let consumer_config = args.consumer_config();
     let mut consumer = Consumer::new(cluster, consumer_config);
     match args.partition {
-        Some(p) => consumer.assign(&[(args.topic.as_str(), p)]),
+        Some(p) => consumer.assign(&[TopicPartition::new(&args.topic, p)]),
         None => consumer.assign_topic(&args.topic).await?,
     }
     let start = if args.from_beginning {
@@ -234,9 +234,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
 /// Records between the consumer's positions and the high watermarks of
 /// its last fetches; `None` until every assigned partition has both.
 fn lag(consumer: &Consumer) -> Option<u64> {
-    consumer.assignment().iter().try_fold(0u64, |sum, (topic, p)| {
-        let position = consumer.position(topic, *p)?;
-        let (high_watermark, _) = consumer.watermarks(topic, *p)?;
+    consumer.assignment().iter().try_fold(0u64, |sum, tp| {
+        let position = consumer.position(&tp.topic, tp.partition)?;
+        let high_watermark = consumer.watermarks(&tp.topic, tp.partition)?.high_watermark;
         Some(sum + high_watermark.saturating_sub(position).max(0) as u64)
     })
 }

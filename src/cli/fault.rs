@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use clink_kafka::connector::twopc::{set_step_hook, SinkStep};
+use clink_kafka::connector::{set_step_hook, SinkStep};
 
 /// The named fault points, in the order of the steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

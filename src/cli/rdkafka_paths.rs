@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use bytes::Bytes;
-use clink_kafka::client::{Acks, ClientConfig, IsolationLevel};
-use clink_kafka::connector::backend::{ConsumerBackend, ProducerBackend, Watermark};
+use clink_kafka::client::{Acks, ClientConfig, IsolationLevel, PartitionOffset};
 use clink_kafka::connector::options::{Backend, SinkOptions, SourceOptions};
 use clink_kafka::connector::security::SecurityConfig;
 use clink_kafka::connector::selected::{SelectedConsumer, SelectedProducer};
+use clink_kafka::connector::{ConsumerBackend, ProducerBackend, Watermark};
 use clink_kafka::connector::{Header, KafkaMessage};
 use clink_kafka::wire::compression::Compression;
 use tokio::io::AsyncBufReadExt;
@@ -194,7 +194,10 @@ async fn consumer(
     };
     let mut at = Vec::with_capacity(partitions.len());
     for p in partitions {
-        at.push((p, c.watermark(topic, p, which).await.context("seeking")?));
+        at.push(PartitionOffset::new(
+            p,
+            c.watermark(topic, p, which).await.context("seeking")?,
+        ));
     }
     c.assign(topic, &at).await?;
     Ok(c)

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use clap::Args;
 use clink_kafka::client::{
     Admin, Cluster, Consumer, ConsumerConfig, IsolationLevel, NewTopic, Offset, Producer, ProducerConfig,
-    ProducerRecord,
+    ProducerRecord, TopicPartition,
 };
 use clink_kafka::wire::compression::Compression;
 use cpu_time::ProcessTime;
@@ -269,7 +269,7 @@ async fn produce_and_verify(
             .with_isolation(IsolationLevel::ReadCommitted)
             .with_auto_offset_reset(None),
     );
-    let assignment: Vec<(&str, i32)> = (0..args.partitions).map(|p| (topic, p)).collect();
+    let assignment: Vec<TopicPartition> = (0..args.partitions).map(|p| TopicPartition::new(topic, p)).collect();
     consumer.assign(&assignment);
     consumer
         .seek_all(Offset::Earliest)

@@ -165,7 +165,7 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     let cluster = Cluster::connect(args.connect.client_config()?)
         .await
         .context("connecting to the cluster")?;
-    let version = clink_kafka::client::txn::transaction_version(&cluster).await?;
+    let version = clink_kafka::client::transaction_version(&cluster).await?;
     let admin = Admin::new(cluster);
     let ids: Vec<&str> = args.transactional_ids.iter().map(String::as_str).collect();
     let mut failed = false;

@@ -66,6 +66,7 @@ pub use clink_kafka_wire::fetcher::{ConsumerRecord, IsolationLevel};
 use super::backoff::Backoff;
 use super::cluster::{needs_metadata_refresh, Cluster, Metadata};
 use super::connection::BrokerConnection;
+use super::topic_partition::TopicPartition;
 use crate::error::{BrokerRef, Error, Result};
 
 /// Highest Fetch version used: v13 needs topic ids.
@@ -353,6 +354,38 @@ pub struct FetchCounts {
     pub partitions_with_records: u64,
 }
 
+/// A partition's watermarks from the latest fetch answer (see
+/// [`Consumer::watermarks`]); `-1` each before an answer carried them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Watermarks {
+    /// The high watermark: the offset after the last replicated record.
+    pub high_watermark: i64,
+    /// The last stable offset: the first offset of a still-open
+    /// transaction (equals the high watermark when none is open);
+    /// `read_committed` consumers read up to it.
+    pub last_stable_offset: i64,
+}
+
+/// The state of the incremental fetch session with one broker (KIP-227;
+/// see [`Consumer::fetch_session`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FetchSessionState {
+    /// The session id the broker gave (0 when there is no session).
+    pub id: i32,
+    /// The epoch the next Fetch request will carry.
+    pub epoch: i32,
+}
+
+/// The answer to [`Consumer::offset_for_timestamp`]: the first offset whose
+/// timestamp is at or after the one asked for, and that record's timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OffsetAndTimestamp {
+    /// The offset.
+    pub offset: i64,
+    /// The record's timestamp, milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
+}
+
 /// The most log truncations [`Consumer::log_truncations`] keeps.
 const TRUNCATIONS_KEPT: usize = 64;
 
@@ -463,7 +496,7 @@ impl Consumer {
                 .filter(|p| p.leader >= 0 && metadata.brokers.contains_key(&p.leader))
                 .map(|p| (p.leader, p.leader_epoch))
         };
-        for (topic, partition) in self.assignment() {
+        for TopicPartition { topic, partition } in self.assignment() {
             if let Some((leader, epoch)) = leader_of(&topic, partition) {
                 self.fetcher.update_leader(&topic, partition, leader, epoch);
             }
@@ -483,8 +516,9 @@ impl Consumer {
     /// Replaces the assignment. Partitions kept from the old assignment keep
     /// their positions and undelivered records; new ones start unpositioned
     /// (see [`ConsumerConfig::auto_offset_reset`]).
-    pub fn assign<T: AsRef<str>>(&mut self, partitions: &[(T, i32)]) {
-        self.fetcher.assign(partitions);
+    pub fn assign(&mut self, partitions: &[TopicPartition]) {
+        let list: Vec<(&str, i32)> = partitions.iter().map(|tp| (tp.topic.as_str(), tp.partition)).collect();
+        self.fetcher.assign(&list);
     }
 
     /// Assigns every partition of `topic`.
@@ -493,14 +527,21 @@ impl Consumer {
     /// only once the metadata has arrived.
     pub async fn assign_topic(&mut self, topic: &str) -> Result<()> {
         let t = self.cluster.topic(topic).await?;
-        let parts: Vec<(&str, i32)> = t.partitions.iter().map(|p| (topic, p.partition)).collect();
+        let parts: Vec<TopicPartition> = t
+            .partitions
+            .iter()
+            .map(|p| TopicPartition::new(topic, p.partition))
+            .collect();
         self.assign(&parts);
         Ok(())
     }
 
     /// The partitions assigned.
-    pub fn assignment(&self) -> Vec<(Arc<str>, i32)> {
-        self.fetcher.assignment().map(|(t, p)| (t.clone(), p)).collect()
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.fetcher
+            .assignment()
+            .map(|(t, p)| TopicPartition::new(&**t, p))
+            .collect()
     }
 
     fn check_assigned(&self, topic: &str, partition: i32) -> Result<()> {
@@ -537,8 +578,8 @@ impl Consumer {
     /// Cancel safety: not cancel safe: a dropped call may have moved some
     /// partitions and not others.
     pub async fn seek_all(&mut self, offset: Offset) -> Result<()> {
-        for (topic, partition) in self.assignment() {
-            self.seek(&topic, partition, offset).await?;
+        for tp in self.assignment() {
+            self.seek(&tp.topic, tp.partition, offset).await?;
         }
         Ok(())
     }
@@ -549,14 +590,22 @@ impl Consumer {
     }
 
     /// The high watermark and last stable offset from the latest fetch.
-    pub fn watermarks(&self, topic: &str, partition: i32) -> Option<(i64, i64)> {
-        self.fetcher.watermarks(topic, partition)
+    pub fn watermarks(&self, topic: &str, partition: i32) -> Option<Watermarks> {
+        self.fetcher
+            .watermarks(topic, partition)
+            .map(|(high_watermark, last_stable_offset)| Watermarks {
+                high_watermark,
+                last_stable_offset,
+            })
     }
 
     /// The fetch session with the broker `node_id`: its id (0 when none)
     /// and the epoch of the next request (KIP-227).
-    pub fn fetch_session(&self, node_id: i32) -> Option<(i32, i32)> {
-        self.fetcher.session(node_id).map(|s| s.id_and_epoch())
+    pub fn fetch_session(&self, node_id: i32) -> Option<FetchSessionState> {
+        self.fetcher.session(node_id).map(|s| {
+            let (id, epoch) = s.id_and_epoch();
+            FetchSessionState { id, epoch }
+        })
     }
 
     /// Asks the leader for the earliest or latest offset (ListOffsets; the
@@ -570,7 +619,7 @@ impl Consumer {
             Offset::Latest => -1,
             Offset::Timestamp(ts) => {
                 return match self.offset_for_timestamp(topic, partition, ts).await? {
-                    Some((offset, _)) => Ok(offset),
+                    Some(found) => Ok(found.offset),
                     None => self.list_offsets_at(topic, partition, -1).await.map(|(o, _)| o),
                 }
             }
@@ -586,7 +635,7 @@ impl Consumer {
         topic: &str,
         partition: i32,
         timestamp_ms: i64,
-    ) -> Result<Option<(i64, i64)>> {
+    ) -> Result<Option<OffsetAndTimestamp>> {
         if timestamp_ms < 0 {
             return Err(Error::Config {
                 option: "timestamp",
@@ -594,7 +643,10 @@ impl Consumer {
             });
         }
         let (offset, ts) = self.list_offsets_at(topic, partition, timestamp_ms).await?;
-        Ok((offset >= 0).then_some((offset, ts)))
+        Ok((offset >= 0).then_some(OffsetAndTimestamp {
+            offset,
+            timestamp_ms: ts,
+        }))
     }
 
     /// One ListOffsets query: -2 earliest, -1 latest, or a timestamp.

@@ -31,7 +31,7 @@ use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 
 use super::cluster::Cluster;
 use super::connection::BrokerConnection;
-use super::topic_partition::TopicPartitionOffset;
+use super::topic_partition::{TopicPartition, TopicPartitionOffset};
 use crate::error::{BrokerRef, Error, Result};
 
 /// FindCoordinator key type of a consumer group (1 is a transactional id).
@@ -148,12 +148,12 @@ impl GroupOffsets {
     /// consumers need.
     pub async fn fetch(
         &self,
-        partitions: &[(&str, i32)],
+        partitions: &[TopicPartition],
         require_stable: bool,
-    ) -> Result<BTreeMap<(String, i32), Option<CommittedOffset>>> {
+    ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
         let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for &(topic, partition) in partitions {
-            by_topic.entry(topic).or_default().push(partition);
+        for tp in partitions {
+            by_topic.entry(tp.topic.as_str()).or_default().push(tp.partition);
         }
         self.retrying("OffsetFetch", |conn| {
             let by_topic = &by_topic;
@@ -253,11 +253,11 @@ impl GroupOffsets {
                         ));
                     }
                     let committed = (offset >= 0).then_some(CommittedOffset { offset, metadata });
-                    out.insert((topic, partition), committed);
+                    out.insert(TopicPartition { topic, partition }, committed);
                 }
                 for (topic, parts) in by_topic {
                     for p in parts {
-                        if !out.contains_key(&((*topic).to_owned(), *p)) {
+                        if !out.contains_key(&TopicPartition::new(*topic, *p)) {
                             return Err(invalid_answer(
                                 "OffsetFetch",
                                 broker,

@@ -1,65 +1,101 @@
 //! The native async client: tokio on top of the sans-IO `clink-kafka-wire`.
 //!
-//! Data flows one way: socket → [`connection`] (framing, correlation ids,
-//! ApiVersions, SASL) → [`cluster`] (metadata, leaders, one connection per
-//! broker) → [`producer`] / [`consumer`] / [`admin`].
+//! Data flows one way: socket → connection (framing, correlation ids,
+//! ApiVersions, SASL) → [`Cluster`] (metadata, leaders, one connection per
+//! broker) → [`Producer`] / [`Consumer`] / [`Admin`].
 //!
-//! - [`connection`]: one driver task per broker connection; pipelined requests.
-//! - [`tls`]: TLS (SSL, SASL_SSL): trust anchors, client certificates, verification.
-//! - [`sasl`]: SaslHandshake + SaslAuthenticate with PLAIN and SCRAM (KIP-43, KIP-152, KIP-84).
-//! - [`cluster`]: bootstrap, cached metadata, leader lookup with bounded retries.
-//! - [`backoff`]: bounded exponential backoff with an injectable RNG.
-//! - [`admin`]: create and delete topics.
-//! - [`partitioner`]: the Java client's murmur2 partitioner.
-//! - [`producer`]: the idempotent producer.
-//! - [`consumer`]: manual assignment, seek (offset, earliest, latest, timestamp), batched poll, read_committed.
-//! - [`group`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
-//! - [`txn`]: the transactional producer (KIP-98, KIP-890 aware) and its [`Transaction`] guard.
-//! - [`TopicPartition`], [`TopicPartitionOffset`]: named partitions and offsets.
-//! - [`txn_admin`]: DescribeTransactions and ListTransactions (KIP-664).
-//! - [`properties`]: librdkafka's and Java's property names → these configurations.
-//! - [`resolver`]: in-doubt resolution of an orphaned transaction from a [`ResumeHandle`].
-
-// Every public item of the client is documented (issue 16).
-#![deny(missing_docs)]
+//! # Public API
+//!
+//! Every item has one path: the implementation modules are private and
+//! their public items are re-exported here (`clink_kafka::client::Consumer`).
+//! Two modules are deliberate namespaces and are not re-exported:
+//!
+//! - [`properties`]: librdkafka's and Java's property names → these
+//!   configurations ([`properties::ClientProperties`], the property table).
+//! - [`raw`]: raw protocol access ([`raw::BrokerConnection`], whose
+//!   `request` is generic over `kafka-protocol`'s message types, and
+//!   `kafka-protocol` itself). Nothing outside `raw` names a
+//!   `kafka-protocol` type, so its semver stays out of the rest of the API.
+//!
+//! What is here:
+//!
+//! - connections: one driver task per broker connection, pipelined requests
+//!   ([`raw::BrokerConnection`]); TLS ([`TlsConfig`]); SASL PLAIN and SCRAM
+//!   (KIP-43, KIP-152, KIP-84: [`SaslConfig`]).
+//! - [`Cluster`]: bootstrap, cached metadata, leader lookup with bounded retries;
+//!   [`Backoff`]: bounded exponential backoff with an injectable RNG.
+//! - [`Admin`]: topics, cluster metadata; [`Admin::describe_transactions`] and
+//!   listing (KIP-664).
+//! - [`Producer`]: the idempotent producer (the Java client's murmur2 partitioner).
+//! - [`Consumer`]: manual assignment, seek (offset, earliest, latest, timestamp),
+//!   batched poll, read_committed.
+//! - [`GroupOffsets`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
+//! - [`TransactionalProducer`]: the transactional producer (KIP-98, KIP-890 aware)
+//!   and its [`Transaction`] guard.
+//! - [`TopicPartition`], [`TopicPartitionOffset`], [`PartitionOffset`]: named
+//!   partitions and offsets.
+//! - [`Resolver`]: in-doubt resolution of an orphaned transaction from a [`ResumeHandle`].
 
 use std::time::Duration;
 
 use clink_kafka_wire::sasl::SaslMechanism;
 use clink_kafka_wire::secret::Secret;
 
-pub mod admin;
-pub mod backoff;
-pub mod cluster;
-pub mod connection;
-pub mod consumer;
-pub mod group;
+pub(crate) mod admin;
+pub(crate) mod backoff;
+pub(crate) mod cluster;
+pub(crate) mod connection;
+pub(crate) mod consumer;
+pub(crate) mod group;
 pub(crate) mod metrics;
-pub mod partitioner;
-pub mod producer;
+pub(crate) mod partitioner;
+pub(crate) mod producer;
 pub mod properties;
-pub mod resolver;
-pub mod sasl;
+pub(crate) mod resolver;
+pub(crate) mod sasl;
 mod sender;
-pub mod tls;
+pub(crate) mod tls;
 mod topic_partition;
-pub mod txn;
-pub mod txn_admin;
+pub(crate) mod txn;
+pub(crate) mod txn_admin;
 
 pub use admin::{
     Admin, BrokerDescription, ClusterDescription, ClusterMetadata, NewTopic, PartitionDescription, TopicDescription,
 };
-pub use cluster::Cluster;
-pub use connection::BrokerConnection;
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, IsolationLevel, LogTruncation, Offset};
+pub use backoff::{Backoff, JitterSource};
+pub use cluster::{BrokerInfo, Cluster, Metadata, PartitionMetadata, TopicMetadata};
+pub use consumer::{
+    Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, FetchSessionState, IsolationLevel, LogTruncation, Offset,
+    OffsetAndTimestamp, Watermarks,
+};
 pub use group::{CommittedOffset, GroupOffsets};
-pub use producer::{Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerRecord};
-pub use properties::ClientProperties;
-pub use resolver::{CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle, Verdict};
-pub use tls::{TlsConfig, TlsConnector};
-pub use topic_partition::{TopicPartition, TopicPartitionOffset};
-pub use txn::{Transaction, TransactionVersion, TransactionalProducer, TxnConfig};
+pub use producer::{
+    Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,
+};
+pub use resolver::{
+    apply_resume_tls, handle_from_description, CommitProof, Decision, NotCommittedReason, Resolver, ResumeHandle,
+    ResumeTlsEnv, Verdict, ENV_SASL_MECHANISM, ENV_SASL_PASSWORD, ENV_SASL_USERNAME, ENV_TLS_CA, ENV_TLS_CERT,
+    ENV_TLS_KEY,
+};
+pub use tls::{
+    TlsConfig, TlsConnector, OPT_CA, OPT_CERT, OPT_HOSTNAME, OPT_INSECURE, OPT_KEY, OPT_KEY_PASSWORD, OPT_SERVER_NAME,
+};
+pub use topic_partition::{PartitionOffset, TopicPartition, TopicPartitionOffset};
+pub use txn::{transaction_version, Transaction, TransactionVersion, TransactionalProducer, TxnConfig};
 pub use txn_admin::{ListTransactionsFilter, TransactionDescription, TransactionListing, TransactionState};
+
+/// Raw protocol access: a broker connection that sends any request type
+/// of `kafka-protocol` (re-exported here as [`raw::kafka_protocol`]).
+///
+/// Everything here follows `kafka-protocol`'s semver, not this crate's:
+/// a new `kafka-protocol` release may change these signatures. The rest of
+/// the client names no `kafka-protocol` type.
+pub mod raw {
+    pub use super::connection::BrokerConnection;
+    /// The generated Kafka message types [`BrokerConnection::request`] sends
+    /// and answers with.
+    pub use clink_kafka_wire::kafka_protocol;
+}
 
 use crate::error::{Error, Result};
 

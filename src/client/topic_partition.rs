@@ -76,3 +76,26 @@ impl fmt::Display for TopicPartitionOffset {
         write!(f, "{}[{}]@{}", self.topic, self.partition, self.offset)
     }
 }
+
+/// An offset in one partition, where the topic is implied by the context
+/// (a source reading one topic, a backend assigned partitions of one topic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionOffset {
+    /// The partition index.
+    pub partition: i32,
+    /// The offset: in an assignment, the next offset to read.
+    pub offset: i64,
+}
+
+impl PartitionOffset {
+    /// `partition@offset`.
+    pub fn new(partition: i32, offset: i64) -> Self {
+        PartitionOffset { partition, offset }
+    }
+}
+
+impl fmt::Display for PartitionOffset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}]@{}", self.partition, self.offset)
+    }
+}

@@ -20,8 +20,9 @@ use std::time::Duration;
 use super::error::{ConnectorError, Result};
 use super::record::{Header, KafkaMessage};
 use crate::client::{
-    ClientConfig, Cluster, Consumer, ConsumerConfig, DeliveryFuture, GroupOffsets, IsolationLevel, Offset, Producer,
-    ProducerConfig, ProducerRecord, ResumeHandle, TransactionalProducer, TxnConfig,
+    ClientConfig, Cluster, Consumer, ConsumerConfig, DeliveryFuture, GroupOffsets, IsolationLevel, Offset,
+    PartitionOffset, Producer, ProducerConfig, ProducerRecord, ResumeHandle, TopicPartition, TransactionalProducer,
+    TxnConfig,
 };
 
 /// Which end of a partition's log.
@@ -55,7 +56,7 @@ pub trait ConsumerBackend: Send {
 
     /// Replaces the assignment with exactly `partitions`, each positioned at
     /// its concrete offset.
-    fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> impl Future<Output = Result<()>> + Send;
+    fn assign(&mut self, topic: &str, partitions: &[PartitionOffset]) -> impl Future<Output = Result<()>> + Send;
 
     /// Waits up to `timeout` for records; returns what arrived (possibly
     /// more than one fetch's worth, in offset order per partition).
@@ -66,11 +67,13 @@ pub trait ConsumerBackend: Send {
     /// `Consumer::poll`.
     fn poll(&mut self, timeout: Duration) -> impl Future<Output = Result<Vec<KafkaMessage>>> + Send;
 
+    /// Closes the consumer; the backend cannot be used again.
     fn close(&mut self) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// Where one produced record landed, or why it did not.
-pub type DeliveryOutcome = std::result::Result<(i32, i64), ConnectorError>;
+/// Where one produced record landed (its partition and offset), or why it
+/// did not.
+pub type DeliveryOutcome = std::result::Result<PartitionOffset, ConnectorError>;
 
 /// A producer for the at-least-once and upsert sinks.
 pub trait ProducerBackend: Send + Sync {
@@ -91,6 +94,7 @@ pub trait ProducerBackend: Send + Sync {
     /// Sends everything queued and waits for it, up to `timeout`.
     fn flush(&self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
+    /// Flushes within `timeout`, then closes the producer; the backend cannot be used again.
     fn close(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 }
 
@@ -109,11 +113,13 @@ pub trait TransactionalProducerBackend: ProducerBackend {
         transaction_timeout: Duration,
     ) -> impl Future<Output = Result<ResumeHandle>> + Send;
 
+    /// Begins a transaction (local: nothing is sent until the first record).
     fn begin_transaction(&mut self) -> Result<()>;
 
     /// Commits the open transaction (after a flush).
     fn commit_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
+    /// Aborts the open transaction within `timeout`; its records never become visible.
     fn abort_transaction(&mut self, timeout: Duration) -> impl Future<Output = Result<()>> + Send;
 
     /// The identity the open (or next) transaction runs under (natively
@@ -196,13 +202,13 @@ impl ConsumerBackend for NativeConsumer {
         let require_stable = self.consumer_config.isolation == IsolationLevel::ReadCommitted;
         let (cluster, _) = self.parts()?;
         let group = GroupOffsets::new(cluster.clone(), group_id)?;
-        let wanted: Vec<(&str, i32)> = partitions.iter().map(|p| (topic, *p)).collect();
+        let wanted: Vec<TopicPartition> = partitions.iter().map(|p| TopicPartition::new(topic, *p)).collect();
         let found = group.fetch(&wanted, require_stable).await?;
         Ok(partitions
             .iter()
             .map(|p| {
                 let offset = found
-                    .get(&(topic.to_owned(), *p))
+                    .get(&TopicPartition::new(topic, *p))
                     .and_then(|c| c.as_ref())
                     .map(|c| c.offset)
                     .filter(|o| *o >= 0);
@@ -211,12 +217,15 @@ impl ConsumerBackend for NativeConsumer {
             .collect())
     }
 
-    async fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> Result<()> {
+    async fn assign(&mut self, topic: &str, partitions: &[PartitionOffset]) -> Result<()> {
         let (_, consumer) = self.parts()?;
-        let list: Vec<(&str, i32)> = partitions.iter().map(|(p, _)| (topic, *p)).collect();
+        let list: Vec<TopicPartition> = partitions
+            .iter()
+            .map(|p| TopicPartition::new(topic, p.partition))
+            .collect();
         consumer.assign(&list);
-        for (p, offset) in partitions {
-            consumer.seek(topic, *p, Offset::At(*offset)).await?;
+        for p in partitions {
+            consumer.seek(topic, p.partition, Offset::At(p.offset)).await?;
         }
         self.topic = Some(std::sync::Arc::from(topic));
         Ok(())
@@ -263,6 +272,7 @@ pub struct NativeProducer {
 }
 
 impl NativeProducer {
+    /// A producer for `config`, connected by [`ProducerBackend::connect`].
     pub fn new(config: ClientConfig, producer_config: ProducerConfig) -> Self {
         NativeProducer {
             config,
@@ -285,9 +295,10 @@ pub struct NativeDelivery(DeliveryFuture);
 impl Future for NativeDelivery {
     type Output = DeliveryOutcome;
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<DeliveryOutcome> {
-        std::pin::Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.map(|d| (d.partition, d.offset)).map_err(ConnectorError::from))
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|r| {
+            r.map(|d| PartitionOffset::new(d.partition, d.offset))
+                .map_err(ConnectorError::from)
+        })
     }
 }
 
@@ -357,6 +368,8 @@ impl std::fmt::Debug for NativeTransactionalProducer {
 }
 
 impl NativeTransactionalProducer {
+    /// A transactional producer for `config`; [`TransactionalProducerBackend::init_transactions`]
+    /// names the transactional id and connects.
     pub fn new(config: ClientConfig, producer_config: ProducerConfig) -> Self {
         NativeTransactionalProducer {
             config,

@@ -41,6 +41,9 @@
 //! [`CheckpointStore`]; [`Coordinator`] joins them. The driver owns the
 //! operators and the order of calls (and, in `copy`, the fault points
 //! between them).
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::checkpoint::*` and are
+//! not re-exported elsewhere (the checkpoint coordinator an engine runs around a 2PC sink).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -68,8 +71,10 @@ pub enum Marker {
 }
 
 impl Marker {
+    /// Every marker, in protocol order.
     pub const ALL: [Marker; 3] = [Marker::Completed, Marker::Confirmed, Marker::Abandoned];
 
+    /// The marker file's name prefix: `COMPLETED`, `CONFIRMED` or `ABANDONED` (the file is `<prefix>-<id>`).
     pub fn prefix(self) -> &'static str {
         match self {
             Marker::Completed => "COMPLETED",
@@ -82,12 +87,16 @@ impl Marker {
 /// The markers present in a state directory.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MarkerSet {
+    /// Ids with a COMPLETED marker.
     pub completed: BTreeSet<u64>,
+    /// Ids with a CONFIRMED marker.
     pub confirmed: BTreeSet<u64>,
+    /// Ids with an ABANDONED marker.
     pub abandoned: BTreeSet<u64>,
 }
 
 impl MarkerSet {
+    /// The ids carrying `marker`.
     pub fn get(&self, marker: Marker) -> &BTreeSet<u64> {
         match marker {
             Marker::Completed => &self.completed,
@@ -96,6 +105,7 @@ impl MarkerSet {
         }
     }
 
+    /// Records that checkpoint `id` carries `marker`.
     pub fn insert(&mut self, marker: Marker, id: u64) {
         match marker {
             Marker::Completed => self.completed.insert(id),
@@ -136,7 +146,12 @@ pub enum RestorePlan {
     /// The newest completed checkpoint is not confirmed: its sinks are
     /// restored from its rows and resolve before fencing; `fallback` is the
     /// newest confirmed checkpoint below it.
-    Unconfirmed { checkpoint: u64, fallback: Option<u64> },
+    Unconfirmed {
+        /// The newest completed checkpoint.
+        checkpoint: u64,
+        /// The newest confirmed checkpoint below it, if any.
+        fallback: Option<u64>,
+    },
 }
 
 /// The restore point the markers imply.
@@ -165,20 +180,32 @@ pub fn plan_restore(markers: &MarkerSet) -> RestorePlan {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RestoreDecision {
     /// Every owed commit is proven: write CONFIRMED-n, restore from `n`.
-    Confirm { checkpoint: u64 },
+    Confirm {
+        /// The checkpoint to confirm and restore from.
+        checkpoint: u64,
+    },
     /// A final "not committed": write ABANDONED-n, restore from `to` (the
     /// newest confirmed below, or the beginning). `committed` are the
     /// subtasks whose commits of `n` were proven (a mixed verdict when not
     /// empty: their receipts stay, the replay owes suppression there).
     FallBack {
+        /// The checkpoint to abandon.
         abandon: u64,
+        /// The checkpoint to restore from instead (`None`: the beginning).
         to: Option<u64>,
+        /// The subtasks whose commit was found not committed.
         not_committed: Vec<u32>,
+        /// The subtasks whose commit was proven.
         committed: Vec<u32>,
     },
     /// Some resolution answered Unreachable: hold the restart (nothing may
     /// fence those transactions); the next attempt decides.
-    Hold { checkpoint: u64, unreachable: Vec<u32> },
+    Hold {
+        /// The checkpoint whose restart is held.
+        checkpoint: u64,
+        /// The subtasks whose resolution could not reach the broker.
+        unreachable: Vec<u32>,
+    },
 }
 
 /// The cross-subtask decision over every subtask's verdicts (index =
@@ -258,6 +285,7 @@ fn call_order(problem: &'static str) -> ConnectorError {
 }
 
 impl CheckpointRound {
+    /// Round `id` for `parallelism` subtasks, collecting rows.
     pub fn new(id: u64, parallelism: u32) -> Self {
         CheckpointRound {
             id,
@@ -267,10 +295,12 @@ impl CheckpointRound {
         }
     }
 
+    /// The checkpoint id.
     pub fn id(&self) -> u64 {
         self.id
     }
 
+    /// Where the round is in the protocol.
     pub fn stage(&self) -> RoundStage {
         self.stage
     }
@@ -302,6 +332,7 @@ impl CheckpointRound {
         Ok(self.rows.iter().flatten().flatten().cloned().collect())
     }
 
+    /// The collected state is durable (Collected → StateWritten).
     pub fn handle_state_written(&mut self) -> Result<()> {
         if self.stage != RoundStage::Collected {
             return Err(call_order("marking state written out of order"));
@@ -310,6 +341,7 @@ impl CheckpointRound {
         Ok(())
     }
 
+    /// COMPLETED is written (StateWritten → Committing).
     pub fn handle_completed(&mut self) -> Result<()> {
         if self.stage != RoundStage::StateWritten {
             return Err(call_order("writing COMPLETED before the state is durable"));
@@ -348,7 +380,9 @@ impl CheckpointRound {
 /// One checkpoint's durable state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointState {
+    /// The checkpoint id.
     pub id: u64,
+    /// Every subtask's rows plus the driver's own, in subtask order.
     pub rows: Vec<StateRow>,
 }
 
@@ -419,6 +453,7 @@ impl CheckpointStore {
         })
     }
 
+    /// The state directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -466,17 +501,20 @@ impl CheckpointStore {
         String::from_utf8(bytes).map_err(|_| Self::io(path, "not UTF-8: not a checkpoint file"))
     }
 
+    /// Writes `chk-<id>.state` durably (temporary file, fsync, rename, directory fsync).
     pub fn write_state(&self, state: &CheckpointState) -> Result<()> {
         let text = state_text(&self.job, state)?;
         self.write_durably(&format!("chk-{}.state", state.id), &text)
     }
 
+    /// Reads and checks `chk-<id>.state` (its job must be this store's; bounded in size).
     pub fn read_state(&self, id: u64) -> Result<CheckpointState> {
         let path = self.dir.join(format!("chk-{id}.state"));
         let text = self.read_bounded(&path, MAX_STATE_FILE)?;
         parse_state(&self.job, id, &text).map_err(|m| Self::io(&path, &m))
     }
 
+    /// Writes the marker file `<PREFIX>-<id>` durably.
     pub fn write_marker(&self, marker: Marker, id: u64) -> Result<()> {
         self.write_durably(
             &format!("{}-{id}", marker.prefix()),
@@ -648,22 +686,27 @@ impl Coordinator {
         })
     }
 
+    /// The state directory this coordinator writes.
     pub fn store(&self) -> &CheckpointStore {
         &self.store
     }
 
+    /// How many subtasks each checkpoint collects rows from.
     pub fn parallelism(&self) -> u32 {
         self.parallelism
     }
 
+    /// The markers as last read or written.
     pub fn markers(&self) -> &MarkerSet {
         &self.markers
     }
 
+    /// The restore point the markers imply ([`plan_restore`]).
     pub fn restore_plan(&self) -> RestorePlan {
         plan_restore(&self.markers)
     }
 
+    /// Reads checkpoint `id`'s durable state.
     pub fn read_state(&self, id: u64) -> Result<CheckpointState> {
         self.store.read_state(id)
     }
@@ -715,6 +758,7 @@ impl Coordinator {
         self.round.as_ref()
     }
 
+    /// Subtask `subtask`'s rows for the checkpoint in progress (each subtask once).
     pub fn collect(&mut self, subtask: u32, rows: Vec<StateRow>) -> Result<()> {
         self.round()?.handle_rows(subtask, rows)
     }
@@ -740,6 +784,7 @@ impl Coordinator {
         Ok(id)
     }
 
+    /// Subtask `subtask`'s `on_commit` returned for the checkpoint in progress.
     pub fn commit_returned(&mut self, subtask: u32) -> Result<()> {
         self.round()?.handle_commit_returned(subtask)
     }

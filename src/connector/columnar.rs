@@ -4,7 +4,7 @@
 //! records' partitions and offsets), with no per-record JSON tree.
 //!
 //! It is exactly equivalent to the row decode
-//! ([`super::json_row::decode_row`]): [`ColumnBatch::to_rows`] gives the
+//! ([`super::sql::decode_row`]): [`ColumnBatch::to_rows`] gives the
 //! rows the row decode gives for the same texts, or the batch is refused
 //! and the caller takes the row decode. By construction:
 //!
@@ -40,17 +40,24 @@ pub const MAX_DAMPING: u32 = 64;
 /// One column's values (a null slot holds the type's zero).
 #[derive(Clone, Debug, PartialEq)]
 pub enum ColumnData {
+    /// BIGINT / INT / SMALLINT / TINYINT values.
     Integer(Vec<i64>),
+    /// DOUBLE values.
     Double(Vec<f64>),
+    /// BOOLEAN values.
     Boolean(Vec<bool>),
     /// Value `i` is `data[offsets[i]..offsets[i + 1]]` (Arrow's layout).
     Utf8 {
+        /// `values.len() + 1` byte offsets into `data`, starting at 0.
         offsets: Vec<usize>,
+        /// Every value's text, concatenated.
         data: String,
     },
     /// Microseconds (see [`SqlValue::Timestamp`]).
     Timestamp {
+        /// Whether the column is `TIMESTAMP WITH TIME ZONE` (`TIMESTAMP_LTZ`).
         with_time_zone: bool,
+        /// Microseconds since the Unix epoch, one per row.
         values: Vec<i64>,
     },
     /// Days since 1970-01-01.
@@ -59,7 +66,9 @@ pub enum ColumnData {
     Time(Vec<i64>),
     /// Value `i` is `data[offsets[i]..offsets[i + 1]]`.
     Binary {
+        /// `values.len() + 1` byte offsets into `data`, starting at 0.
         offsets: Vec<usize>,
+        /// Every value's bytes, concatenated.
         data: Vec<u8>,
     },
 }
@@ -121,8 +130,11 @@ impl ColumnData {
 /// A typed column vector and its validity (`false`: null).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TypedColumn {
+    /// The column's name, as declared.
     pub name: String,
+    /// One flag per row: `false` where the value is null.
     pub validity: Vec<bool>,
+    /// The values, one slot per row.
     pub data: ColumnData,
 }
 
@@ -130,15 +142,20 @@ pub struct TypedColumn {
 /// came from (filled by the source; empty from [`ColumnarPlan::decode`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sidecar {
+    /// Each row's kind (`__row_kind`, insert when absent).
     pub kinds: Vec<RowKind>,
+    /// Each row's source partition.
     pub partitions: Vec<i32>,
+    /// Each row's source offset.
     pub offsets: Vec<i64>,
 }
 
 /// A batch decoded column-wise.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColumnBatch {
+    /// The table's columns, in declaration order.
     pub columns: Vec<TypedColumn>,
+    /// Per-row facts beside the columns.
     pub sidecar: Sidecar,
     rows: usize,
 }
@@ -149,6 +166,7 @@ impl ColumnBatch {
         self.rows
     }
 
+    /// Whether the batch has no rows.
     pub fn is_empty(&self) -> bool {
         self.rows == 0
     }
@@ -174,7 +192,9 @@ impl ColumnBatch {
 /// Why a schema is left to the row decode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Incapable {
+    /// The first column that makes the schema incapable.
     pub column: String,
+    /// Why (e.g. `FLOAT is not decoded column-wise`).
     pub reason: &'static str,
 }
 
@@ -516,6 +536,7 @@ pub struct ColumnarBridge {
 }
 
 impl ColumnarBridge {
+    /// A bridge for the table's `columns`; an incapable schema always falls back to the row decode.
     pub fn new(columns: &[Column]) -> ColumnarBridge {
         ColumnarBridge {
             plan: ColumnarPlan::new(columns),
@@ -529,6 +550,7 @@ impl ColumnarBridge {
         self.plan.as_ref().err()
     }
 
+    /// Counts so far: batches decoded column-wise, refused, damped, incapable.
     pub fn stats(&self) -> BridgeStats {
         self.stats
     }

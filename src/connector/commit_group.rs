@@ -67,6 +67,7 @@ impl CommitGroup {
         }
     }
 
+    /// The group's name (the `commit_group` option).
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -54,9 +54,17 @@ pub enum SqlType {
     /// STRING, VARCHAR, TEXT, CHAR: a JSON string.
     String,
     /// DECIMAL(p, s): a JSON string (exact).
-    Decimal { precision: u8, scale: u8 },
+    Decimal {
+        /// Total digits, 1 to 38.
+        precision: u8,
+        /// Digits after the point, at most `precision`.
+        scale: u8,
+    },
     /// TIMESTAMP: an ISO 8601 / RFC 3339 string.
-    Timestamp { with_time_zone: bool },
+    Timestamp {
+        /// Whether it is `TIMESTAMP WITH TIME ZONE` (an instant) rather than a wall-clock time.
+        with_time_zone: bool,
+    },
     /// DATE: `YYYY-MM-DD`.
     Date,
     /// TIME: `HH:MM:SS[.fraction]`.
@@ -101,11 +109,14 @@ impl fmt::Display for SqlType {
 /// A table column (or a ROW field).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Column {
+    /// The column's name, as declared.
     pub name: String,
+    /// The column's SQL type.
     pub data_type: SqlType,
 }
 
 impl Column {
+    /// A column `name` of type `data_type`.
     pub fn new(name: impl Into<String>, data_type: SqlType) -> Column {
         Column {
             name: name.into(),
@@ -119,21 +130,33 @@ impl Column {
 /// without), since midnight (TIME); DATE counts days since 1970-01-01.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SqlValue {
+    /// SQL NULL (JSON `null` or an absent key).
     Null,
+    /// A BOOLEAN.
     Boolean(bool),
+    /// An integer (BIGINT and the smaller integer types).
     Integer(i64),
+    /// A DOUBLE.
     Double(f64),
+    /// A STRING / VARCHAR.
     String(String),
     /// `unscaled × 10^-scale`; written at the column's scale (rescaled
     /// exactly, or refused when that would drop a non-zero digit).
     Decimal {
+        /// The digits without the point.
         unscaled: i128,
+        /// Digits after the point.
         scale: u8,
     },
+    /// A TIMESTAMP: microseconds since the epoch.
     Timestamp(i64),
+    /// A DATE: days since 1970-01-01.
     Date(i32),
+    /// A TIME: microseconds since midnight.
     Time(i64),
+    /// BYTES.
     Bytes(Vec<u8>),
+    /// An ARRAY's elements, in order.
     Array(Vec<SqlValue>),
     /// The fields in the ROW type's order.
     Row(Vec<SqlValue>),
@@ -142,11 +165,14 @@ pub enum SqlValue {
 /// A row: values in column order, and its change kind.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// The change kind (`__row_kind`; insert when absent).
     pub kind: RowKind,
+    /// The values, in column order.
     pub values: Vec<SqlValue>,
 }
 
 impl Row {
+    /// An insert row of `values`.
     pub fn insert(values: Vec<SqlValue>) -> Row {
         Row {
             kind: RowKind::Insert,
@@ -161,6 +187,7 @@ impl Row {
 pub struct RowError {
     /// `"a"`, `"a"."b"`, `"tags"[2]`; empty for the whole record.
     pub column: String,
+    /// Why the value does not fit.
     pub reason: String,
 }
 

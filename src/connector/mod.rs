@@ -4,21 +4,32 @@
 //! names, option names, defaults, delivery semantics). The engine reaches
 //! Kafka through four things, each owned by one file here:
 //!
-//! - factories looked up by name: [`registry`] (`install`, `BuildContext`);
+//! - factories looked up by name: [`Registry`] ([`install`], [`BuildContext`]);
 //! - string options (a table's `WITH` clause): [`options`] and [`security`];
 //!   the SQL front that produces them: [`sql`], with the JSON row bridge
-//!   ([`json_row`], [`columnar`]) and the SQL source table ([`table_source`]);
-//! - batches produced and consumed: [`source`] ([`KafkaSource`]), [`sink`]
-//!   ([`KafkaSink`]), [`upsert`] ([`UpsertSink`]), [`twopc`]
-//!   ([`TwoPhaseCommitSink`], exactly once), over the record shapes in
-//!   [`record`];
+//!   ([`sql::decode_row`], [`columnar`]) and the SQL source table ([`table_source`]);
+//! - batches produced and consumed: [`KafkaSource`], [`KafkaSink`],
+//!   [`UpsertSink`], [`TwoPhaseCommitSink`] (exactly once), over the record
+//!   shapes [`KafkaMessage`] and [`Text`];
 //! - checkpoints: [`Source::snapshot`] / [`Source::restore`] and the sink
 //!   barrier hooks.
 //!
-//! Source and sinks are written once over the backend seam in [`backend`]
-//! (consumer, producer, transactional producer); the native client
+//! Source and sinks are written once over the backend seam
+//! ([`ConsumerBackend`], [`ProducerBackend`], [`TransactionalProducerBackend`]); the native client
 //! (`crate::client`) implements it, and so does librdkafka in `rdkafka`
 //! (cargo feature `rdkafka`, chosen per operator with `backend = 'rdkafka'`).
+//!
+//! # Public API: one path per item
+//!
+//! The source, sinks, backends, registry, records and errors live in
+//! private modules and are re-exported here (`clink_kafka::connector::KafkaSource`).
+//! The other modules are namespaces, each reached only through its own
+//! path (none of their items is re-exported elsewhere): [`options`] and
+//! [`security`] (the typed options), [`selected`] (the backend chosen by
+//! `backend`), [`sql`] (with the JSON row bridge), [`columnar`] and
+//! [`table_source`] (the SQL front), [`format`](mod@format) (registry-framed values), [`checkpoint`],
+//! [`commit_group`] and [`suppression`] (the exactly-once protocol's
+//! pieces), `rdkafka` (feature `rdkafka`) and `fuzzing` (`cfg(fuzzing)`).
 //!
 //! # Call order the engine guarantees
 //!
@@ -40,7 +51,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub mod backend;
+pub(crate) mod backend;
 pub mod checkpoint;
 pub mod columnar;
 pub mod commit_group;
@@ -48,34 +59,39 @@ mod error;
 pub mod format;
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
-pub mod json_row;
+pub(crate) mod json_row;
 pub mod options;
 #[cfg(feature = "rdkafka")]
 #[allow(unsafe_code)] // librdkafka FFI; every block carries its safety argument
 pub mod rdkafka;
-pub mod record;
-pub mod registry;
+pub(crate) mod record;
+pub(crate) mod registry;
 pub mod security;
 pub mod selected;
-pub mod sink;
-pub mod source;
+pub(crate) mod sink;
+pub(crate) mod source;
 pub mod sql;
 pub mod suppression;
 pub mod table_source;
-pub mod twopc;
-pub mod upsert;
+pub(crate) mod twopc;
+pub(crate) mod upsert;
 
 pub use backend::{
-    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
-    TransactionalProducerBackend,
+    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeDelivery, NativeProducer, NativeTransactionalProducer,
+    ProducerBackend, TransactionalProducerBackend, Watermark,
 };
 pub use error::{ConnectorError, Result};
 pub use record::{Header, KafkaMessage, Text};
-pub use registry::{install, BuildContext, Operator, Registry};
+pub use registry::{install, BuildContext, BuildFn, Factory, Operator, Registry, FACTORY_NAMES};
 pub use sink::{KafkaSink, SinkCounters, TextKafkaSink};
-pub use source::{KafkaSource, ResumeRow, SourceCounters, TextKafkaSource};
-pub use twopc::{Orphan, StagedCheckpoint, TwoPhaseCommitSink, TwoPhaseCommitStats};
-pub use upsert::UpsertSink;
+pub use source::{KafkaSource, Origin, ResumeRow, SourceCounters, TextKafkaSource};
+pub use twopc::{
+    parse_unresolved_marker, Orphan, PendingMarker, Receipt, StagedCheckpoint, TwoPhaseCommitSink, TwoPhaseCommitStats,
+    MAX_RECEIPT_FILE, STATE_KEY_PREFIX, TWO_PHASE_COMMIT,
+};
+#[cfg(feature = "failpoints")]
+pub use twopc::{set_step_hook, SinkStep};
+pub use upsert::{upsert_action, RowKind, UpsertAction, UpsertSink, ROW_KIND_FIELD};
 
 /// A boxed future, so the engine-facing traits stay object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -85,6 +101,7 @@ pub type Batch<T> = Vec<T>;
 
 /// Where a source puts its batches.
 pub trait Emitter<T>: Send {
+    /// Hands one batch to the engine.
     fn emit(&mut self, batch: Batch<T>);
 }
 
@@ -98,12 +115,15 @@ impl<T: Send> Emitter<T> for Vec<Batch<T>> {
 /// its checkpoint. Never carries a secret.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StateRow {
+    /// The row's key (unique within one operator's state).
     pub key: String,
+    /// The row's value, in the operator's own encoding.
     pub value: Vec<u8>,
 }
 
 /// A source: emits batches, snapshots its position.
 pub trait Source: Send {
+    /// What the source emits: [`KafkaMessage`] or [`Text`].
     type Item: Send;
 
     /// Hands over the union of restored rows (every subtask's), before
@@ -120,6 +140,7 @@ pub trait Source: Send {
     /// The rows that resume this source exactly after the last emitted record.
     fn snapshot(&self) -> Vec<StateRow>;
 
+    /// Releases the consumer; the source cannot be used again.
     fn close(&mut self) -> BoxFuture<'_, Result<()>>;
 }
 
@@ -136,6 +157,7 @@ pub enum DeliveryGuarantee {
 /// What a sink declares to the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SinkCapabilities {
+    /// What the sink guarantees for every record handed to it.
     pub delivery: DeliveryGuarantee,
     /// Whether a commit can be re-executed at restore (nothing to lose if
     /// the process dies between barrier and commit). `false` puts the job on
@@ -167,28 +189,41 @@ impl SinkCapabilities {
 pub enum RestoreVerdict {
     /// The commit happened: proven by the sink's receipt (no wire call) or
     /// by the broker (executed or observed by the resolution).
-    Committed { by_receipt: bool },
+    Committed {
+        /// Whether the sink's own commit receipt proved it (no broker call was made).
+        by_receipt: bool,
+    },
     /// Final: the records will never be visible (fenced, expired, never
     /// produced). The job must fall back below this checkpoint.
-    NotCommitted { reason: String },
+    NotCommitted {
+        /// Why, as the resolution found it.
+        reason: String,
+    },
     /// No verdict: the broker could not be asked. The restart is held;
     /// nothing may fence the transaction meanwhile.
-    Unreachable { reason: String },
+    Unreachable {
+        /// Why the broker could not be asked.
+        reason: String,
+    },
 }
 
 /// One restored checkpoint's verdict, as a sink reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointVerdict {
+    /// The checkpoint id.
     pub checkpoint: u64,
     /// Records the checkpoint's transaction (or queued segment) held.
     pub records: u64,
+    /// What the restore found.
     pub verdict: RestoreVerdict,
 }
 
 /// A sink: takes batches, makes them durable at barriers.
 pub trait Sink: Send {
+    /// What the sink takes: [`KafkaMessage`] or [`Text`].
     type Item: Send;
 
+    /// What the sink guarantees and which protocol calls it uses.
     fn capabilities(&self) -> SinkCapabilities;
 
     /// Restored rows (the union of every subtask's), before `open`.
@@ -197,6 +232,7 @@ pub trait Sink: Send {
         Ok(())
     }
 
+    /// Connects (and, for a two-phase sink, resolves restored transactions).
     fn open(&mut self) -> BoxFuture<'_, Result<()>>;
 
     /// What the last `restore` + `open` found for each restored checkpoint
@@ -207,6 +243,7 @@ pub trait Sink: Send {
         Vec::new()
     }
 
+    /// Hands over one batch; records may be buffered until `flush` or the next barrier.
     fn on_data(&mut self, batch: Batch<Self::Item>) -> BoxFuture<'_, Result<()>>;
 
     /// Event time: the watermark `watermark` (milliseconds since the
@@ -245,6 +282,7 @@ pub trait Sink: Send {
     /// The checkpoint failed.
     fn on_abort(&mut self, checkpoint_id: u64) -> BoxFuture<'_, Result<()>>;
 
+    /// Flushes what it can and releases the producer; the sink cannot be used again.
     fn close(&mut self) -> BoxFuture<'_, Result<()>>;
 }
 

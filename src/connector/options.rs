@@ -8,6 +8,9 @@
 //! passed through: those the native client supports are mapped onto it
 //! (onto the same setting as their alias, when there is one: giving both
 //! with different values is an error); every other one is refused by name.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::options::*` and are
+//! not re-exported elsewhere (the typed options of every factory, one vocabulary apart from the operators).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -102,6 +105,7 @@ impl FactoryKind {
         }
     }
 
+    /// Whether the factory builds a source (the message or text source).
     pub fn is_source(self) -> bool {
         matches!(self, FactoryKind::MessageSource | FactoryKind::TextSource)
     }
@@ -158,6 +162,7 @@ pub enum Backend {
 pub const BACKENDS_ALLOWED: &str = "one of native, rdkafka";
 
 impl Backend {
+    /// The option value: `native` or `rdkafka`.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Native => "native",
@@ -212,14 +217,17 @@ impl std::fmt::Debug for Passthrough {
 /// Where a partition with no restored or committed offset starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AutoOffsetReset {
+    /// Start at the partition's log start offset (the default).
     #[default]
     Earliest,
+    /// Start at the partition's end: only records produced after the assignment.
     Latest,
     /// No fallback: such a partition is an error naming it.
     None,
 }
 
 impl AutoOffsetReset {
+    /// The option value: `earliest`, `latest` or `none`.
     pub fn name(self) -> &'static str {
         match self {
             AutoOffsetReset::Earliest => "earliest",
@@ -233,8 +241,10 @@ impl AutoOffsetReset {
 /// or with `format = avro` not decodable): stop, or skip and count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum DecodeErrorPolicy {
+    /// Stop with an error naming the record (the default).
     #[default]
     Fail,
+    /// Skip the record and count it.
     Skip,
 }
 
@@ -242,22 +252,34 @@ pub enum DecodeErrorPolicy {
 /// keeps the client's default.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClientTuning {
+    /// `kafka.socket.connection.setup.timeout.ms`: the connect bound.
     pub connect_timeout: Option<Duration>,
+    /// `kafka.socket.timeout.ms` (or `request.timeout.ms` on a sink): the bound on one response.
     pub request_timeout: Option<Duration>,
+    /// `kafka.retry.backoff.ms`: the first retry delay.
     pub retry_backoff: Option<Duration>,
+    /// `kafka.retry.backoff.max.ms`: the cap on the retry delay.
     pub retry_backoff_max: Option<Duration>,
+    /// `kafka.receive.message.max.bytes`: the largest response frame accepted, in bytes.
     pub max_frame_size: Option<usize>,
+    /// `kafka.topic.metadata.propagation.max.ms`: how long a missing topic or leader is retried.
     pub metadata_max_wait: Option<Duration>,
 }
 
 /// Consumer settings reachable only through the passthrough.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsumerTuning {
+    /// `kafka.fetch.wait.max.ms`: how long the broker may hold a fetch for `min_bytes`.
     pub max_wait: Option<Duration>,
+    /// `kafka.fetch.min.bytes`: bytes a fetch waits for.
     pub min_bytes: Option<i32>,
+    /// `kafka.fetch.max.bytes`: the bound on one fetch answer, in bytes.
     pub max_bytes: Option<i32>,
+    /// `kafka.max.partition.fetch.bytes`: the bound per partition in one fetch answer, in bytes.
     pub partition_max_bytes: Option<i32>,
+    /// `kafka.check.crcs`: verify each batch's CRC32C.
     pub check_crcs: Option<bool>,
+    /// `kafka.isolation.level`: `read_committed` or `read_uncommitted`.
     pub isolation: Option<IsolationLevel>,
     /// `kafka.max.poll.records` (Java's name): records per consumer poll.
     pub max_poll_records: Option<usize>,
@@ -278,39 +300,58 @@ pub struct ConsumerTuning {
 /// Producer settings reachable only through the passthrough.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProducerTuning {
+    /// `kafka.batch.size`: bytes per partition batch.
     pub batch_size: Option<usize>,
+    /// `kafka.queue.buffering.max.kbytes` (given in KiB, kept in bytes): records waiting to be sent.
     pub buffer_memory: Option<usize>,
+    /// `kafka.message.max.bytes`: the largest record batch sent, in bytes.
     pub max_record_size: Option<usize>,
+    /// `kafka.message.timeout.ms` / `delivery.timeout.ms`: the bound on a record's delivery, retries included.
     pub delivery_timeout: Option<Duration>,
+    /// `kafka.request.timeout.ms`: the bound on one Produce answer.
     pub ack_timeout: Option<Duration>,
+    /// `kafka.enable.idempotence` (needs `acks = all`).
     pub idempotent: Option<bool>,
 }
 
 /// A source's options (`KafkaSource::Options` in the spec).
 #[derive(Clone, Debug)]
 pub struct SourceOptions {
+    /// `brokers`: bootstrap brokers, `host:port` comma-separated.
     pub brokers: String,
+    /// `topic`: the topic read.
     pub topic: String,
+    /// `group_id`: the group whose committed offsets are read at a fresh start (never written).
     pub group_id: String,
+    /// `client_id`: sent in every request header.
     pub client_id: String,
+    /// `auto_offset_reset`: where a partition with no restored or committed offset starts.
     pub auto_offset_reset: AutoOffsetReset,
     /// Bound on forming one whole batch; zero disables it.
     pub batch_max_wait: Duration,
     /// Bound on waiting for a batch's first record.
     pub poll_timeout: Duration,
+    /// `max_batch_size`: the most records in one emitted batch.
     pub max_batch_size: usize,
     /// Metadata re-poll period; zero disables discovery.
     pub partition_discovery_interval: Duration,
+    /// `metric_prefix`: the prefix of the source's metric names (`None`: the default prefix).
     pub metric_prefix: Option<String>,
+    /// `enable_debug`: log every request and answer at debug level.
     pub enable_debug: bool,
+    /// `decode_error`: what the text source does with a value it cannot decode.
     pub decode_error: DecodeErrorPolicy,
     /// `format = avro|protobuf|json-schema` and its registry (text source only).
     pub value_format: Option<FormatOptions>,
     /// Deterministic ownership: this subtask owns `p % source_parallelism == subtask_index`.
     pub subtask_index: u32,
+    /// How many source subtasks share the topic's partitions.
     pub source_parallelism: u32,
+    /// The security options (SASL, TLS).
     pub security: SecurityConfig,
+    /// Client settings from the `kafka.` passthrough.
     pub client: ClientTuning,
+    /// Consumer settings from the `kafka.` passthrough.
     pub consumer: ConsumerTuning,
     /// Bounded retries of the group committed-offset lookup.
     pub committed_lookup_attempts: u32,
@@ -435,24 +476,35 @@ impl SourceOptions {
 /// A sink's options (`KafkaSink::Options` in the spec).
 #[derive(Clone, Debug)]
 pub struct SinkOptions {
+    /// `brokers`: bootstrap brokers, `host:port` comma-separated.
     pub brokers: String,
+    /// `topic`: the topic written.
     pub topic: String,
+    /// `client_id`: sent in every request header.
     pub client_id: String,
+    /// `acks`: how many replicas acknowledge a write.
     pub acks: Acks,
+    /// `compression`: the batch codec.
     pub compression: Compression,
+    /// `linger_ms`: how long a batch waits for more records.
     pub linger: Duration,
     /// Bound on handing one record to the producer (metadata, buffer space).
     pub produce_timeout: Duration,
     /// Bound on a flush (and so on a barrier).
     pub flush_timeout: Duration,
+    /// `fixed_partition`: every record goes to this partition (`None`: the producer's partitioner chooses).
     pub fixed_partition: Option<i32>,
+    /// `metric_prefix`: the prefix of the sink's metric names (`None`: the default prefix).
     pub metric_prefix: Option<String>,
     /// `format = avro|protobuf|json-schema` and its registry (string sinks only).
     pub value_format: Option<FormatOptions>,
     /// The subtask this sink runs as (a metrics label; set by the registry).
     pub subtask_index: u32,
+    /// The security options (SASL, TLS).
     pub security: SecurityConfig,
+    /// Client settings from the `kafka.` passthrough.
     pub client: ClientTuning,
+    /// Producer settings from the `kafka.` passthrough.
     pub producer: ProducerTuning,
     /// `backend`.
     pub backend: Backend,
@@ -489,6 +541,7 @@ impl SinkOptions {
         }
     }
 
+    /// The native client's configuration: brokers, client id, security, tuning and applied `kafka.` properties.
     pub fn client_config(&self) -> Result<ClientConfig> {
         let mut c = client_config(&self.brokers, &self.client_id, &self.security, &self.client)?;
         apply_native(
@@ -503,6 +556,7 @@ impl SinkOptions {
         Ok(c)
     }
 
+    /// The native producer's configuration; refuses idempotence without `acks = all`.
     pub fn producer_config(&self) -> Result<ProducerConfig> {
         let t = &self.producer;
         let idempotent = match t.idempotent {
@@ -556,6 +610,7 @@ impl SinkOptions {
 /// The upsert sink's options.
 #[derive(Clone, Debug)]
 pub struct UpsertOptions {
+    /// The sink's options (the upsert sink writes through a plain sink).
     pub sink: SinkOptions,
     /// The JSON fields whose values form the message key, in order.
     pub primary_key: Vec<String>,
@@ -1368,7 +1423,9 @@ pub struct TwoPhaseCommitOptions {
     pub sink: SinkOptions,
     /// `transactional_id` as given.
     pub transactional_id: String,
+    /// The subtask this sink runs as.
     pub subtask_index: u32,
+    /// How many sink subtasks there are.
     pub parallelism: u32,
     /// `transaction_timeout_ms` (default 60000); also the message timeout.
     pub transaction_timeout: Duration,

@@ -70,7 +70,7 @@ use super::error::{ConnectorError, Result};
 use super::options::{ClientTuning, Passthrough, SinkOptions, SourceOptions};
 use super::record::{Header, KafkaMessage};
 use super::security::SecurityConfig;
-use crate::client::{Acks, IsolationLevel, ResumeHandle, TransactionVersion};
+use crate::client::{Acks, IsolationLevel, PartitionOffset, ResumeHandle, TransactionVersion};
 use clink_kafka_wire::compression::Compression;
 
 /// A librdkafka error; a broker error also names Kafka's code
@@ -879,11 +879,11 @@ impl ConsumerBackend for RdkafkaConsumer {
             .collect())
     }
 
-    async fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> Result<()> {
+    async fn assign(&mut self, topic: &str, partitions: &[PartitionOffset]) -> Result<()> {
         let consumer = self.consumer()?;
         let mut tpl = TopicPartitionList::new();
-        for (p, o) in partitions {
-            tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+        for p in partitions {
+            tpl.add_partition_offset(topic, p.partition, Offset::Offset(p.offset))
                 .map_err(|e| rd_err("assigning", e))?;
         }
         consumer.assign(&tpl).map_err(|e| rd_err("assigning", e))?;
@@ -1072,7 +1072,7 @@ impl Ledger {
         match slot {
             Slot::Pending => {
                 *slot = match outcome {
-                    Ok((p, o)) => Slot::Delivered(p, o),
+                    Ok(at) => Slot::Delivered(at.partition, at.offset),
                     Err(e) => Slot::Failed(Box::new(e)),
                 };
                 st.wake(seq);
@@ -1116,7 +1116,7 @@ impl Ledger {
             }));
         };
         let outcome = match std::mem::replace(slot, Slot::Settled) {
-            Slot::Delivered(p, o) => Ok((p, o)),
+            Slot::Delivered(p, o) => Ok(PartitionOffset::new(p, o)),
             Slot::Failed(e) => Err(*e),
             other => {
                 *slot = other;
@@ -1194,7 +1194,7 @@ impl ProducerContext for ProducerReports {
 
     fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         let outcome = match result {
-            Ok(m) => Ok((m.partition(), m.offset())),
+            Ok(m) => Ok(PartitionOffset::new(m.partition(), m.offset())),
             Err((e, _)) => Err(rd_err("delivery", e.clone())),
         };
         self.ledger.report(seq, outcome);
@@ -1688,8 +1688,20 @@ mod tests {
         let seqs: Vec<usize> = (0..4).map(|_| ledger.reserve()).collect();
         assert_eq!(seqs, [0, 1, 2, 3]);
         // Reports arrive out of order (different partitions).
-        ledger.report(2, Ok((1, 7)));
-        ledger.report(0, Ok((0, 5)));
+        ledger.report(
+            2,
+            Ok(PartitionOffset {
+                partition: 1,
+                offset: 7,
+            }),
+        );
+        ledger.report(
+            0,
+            Ok(PartitionOffset {
+                partition: 0,
+                offset: 5,
+            }),
+        );
         assert!(poll_once(&ledger, 1).is_pending());
         assert_eq!(ledger.state().waiting.len(), 1, "the waiting handle is registered once");
         assert!(poll_once(&ledger, 1).is_pending());
@@ -1706,10 +1718,22 @@ mod tests {
             std::task::Poll::Ready(Err(e)) => assert!(e.to_string().contains("MSG_TIMED_OUT"), "{e}"),
             other => panic!("record 1: {:?}", other.map(|r| r.map_err(|e| e.to_string()))),
         }
-        assert!(matches!(poll_once(&ledger, 2), std::task::Poll::Ready(Ok((1, 7)))));
+        assert!(matches!(
+            poll_once(&ledger, 2),
+            std::task::Poll::Ready(Ok(PartitionOffset {
+                partition: 1,
+                offset: 7
+            }))
+        ));
         // Slot 0 is still unclaimed: nothing is freed before it.
         assert_eq!(ledger.state().slots.len(), 4);
-        assert!(matches!(poll_once(&ledger, 0), std::task::Poll::Ready(Ok((0, 5)))));
+        assert!(matches!(
+            poll_once(&ledger, 0),
+            std::task::Poll::Ready(Ok(PartitionOffset {
+                partition: 0,
+                offset: 5
+            }))
+        ));
         assert_eq!(ledger.state().base, 3, "slots 0-2 freed once taken");
         // A dropped handle's slot is freed by its report; a record that was
         // never queued frees its slot at once.
@@ -1717,11 +1741,23 @@ mod tests {
         let never_queued = ledger.reserve();
         ledger.release(never_queued);
         assert_eq!(ledger.state().slots.len(), 2);
-        ledger.report(3, Ok((0, 6)));
+        ledger.report(
+            3,
+            Ok(PartitionOffset {
+                partition: 0,
+                offset: 6,
+            }),
+        );
         assert!(ledger.state().slots.is_empty());
         assert_eq!(ledger.state().base, 5);
         // A late report for a freed slot is ignored.
-        ledger.report(3, Ok((0, 6)));
+        ledger.report(
+            3,
+            Ok(PartitionOffset {
+                partition: 0,
+                offset: 6,
+            }),
+        );
         assert!(ledger.state().slots.is_empty());
     }
 
@@ -1729,12 +1765,24 @@ mod tests {
     fn records_without_a_report_fail_when_the_producer_is_gone() {
         let ledger = Ledger::default();
         let (a, b) = (ledger.reserve(), ledger.reserve());
-        ledger.report(a, Ok((0, 1)));
+        ledger.report(
+            a,
+            Ok(PartitionOffset {
+                partition: 0,
+                offset: 1,
+            }),
+        );
         assert!(poll_once(&ledger, b).is_pending());
         ledger.fail_pending("the producer was closed before the delivery report");
         assert!(ledger.state().waiting.is_empty(), "waiters are woken");
         assert!(
-            matches!(poll_once(&ledger, a), std::task::Poll::Ready(Ok((0, 1)))),
+            matches!(
+                poll_once(&ledger, a),
+                std::task::Poll::Ready(Ok(PartitionOffset {
+                    partition: 0,
+                    offset: 1
+                }))
+            ),
             "a report that came stays"
         );
         match poll_once(&ledger, b) {

@@ -15,7 +15,9 @@ use bytes::Bytes;
 /// fetched bytes (`std::str::from_utf8` where text is needed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The header's key, as fetched (UTF-8 by convention).
     pub key: Bytes,
+    /// The header's value; `None` is a null value.
     pub value: Option<Bytes>,
 }
 
@@ -29,7 +31,9 @@ pub struct Header {
 pub struct KafkaMessage {
     /// The value; `None` is a null value (a tombstone on a compacted topic).
     pub payload: Option<Bytes>,
+    /// The key; `None` is a null key.
     pub key: Option<Bytes>,
+    /// The headers, in record order.
     pub headers: Vec<Header>,
     /// The record's offset; -1 for a record not yet produced.
     pub offset: i64,

@@ -92,10 +92,12 @@ impl BuildContext {
         self
     }
 
+    /// The engine's checkpoint directory, when one was given.
     pub fn checkpoint_dir(&self) -> Option<&Path> {
         self.checkpoint.as_ref().map(|(d, _)| d.as_path())
     }
 
+    /// This job's id, when a checkpoint directory was given.
     pub fn job_id(&self) -> Option<&str> {
         self.checkpoint.as_ref().map(|(_, j)| j.as_str())
     }
@@ -113,18 +115,22 @@ impl BuildContext {
         self
     }
 
+    /// Every parameter, by name.
     pub fn params(&self) -> &BTreeMap<String, String> {
         &self.params
     }
 
+    /// The parameter `key`, if set.
     pub fn param(&self, key: &str) -> Option<&str> {
         self.params.get(key).map(String::as_str)
     }
 
+    /// The subtask this operator runs as (0-based).
     pub fn subtask_index(&self) -> u32 {
         self.subtask_index
     }
 
+    /// How many subtasks run this operator.
     pub fn parallelism(&self) -> u32 {
         self.parallelism
     }
@@ -132,9 +138,13 @@ impl BuildContext {
 
 /// A built operator, by record shape.
 pub enum Operator {
+    /// A source of full records.
     MessageSource(Box<dyn Source<Item = KafkaMessage>>),
+    /// A source of UTF-8 text values (the string channel).
     TextSource(Box<dyn Source<Item = Text>>),
+    /// A sink of full records.
     MessageSink(Box<dyn Sink<Item = KafkaMessage>>),
+    /// A sink of text values (the string channel).
     TextSink(Box<dyn Sink<Item = Text>>),
 }
 
@@ -163,6 +173,7 @@ impl Operator {
         }
     }
 
+    /// The message source, or [`ConnectorError::WrongOperatorKind`] naming `factory`.
     pub fn into_message_source(self, factory: &str) -> Result<Box<dyn Source<Item = KafkaMessage>>> {
         match self {
             Operator::MessageSource(s) => Ok(s),
@@ -170,6 +181,7 @@ impl Operator {
         }
     }
 
+    /// The text source, or [`ConnectorError::WrongOperatorKind`] naming `factory`.
     pub fn into_text_source(self, factory: &str) -> Result<Box<dyn Source<Item = Text>>> {
         match self {
             Operator::TextSource(s) => Ok(s),
@@ -177,6 +189,7 @@ impl Operator {
         }
     }
 
+    /// The message sink, or [`ConnectorError::WrongOperatorKind`] naming `factory`.
     pub fn into_message_sink(self, factory: &str) -> Result<Box<dyn Sink<Item = KafkaMessage>>> {
         match self {
             Operator::MessageSink(s) => Ok(s),
@@ -184,6 +197,7 @@ impl Operator {
         }
     }
 
+    /// The text sink, or [`ConnectorError::WrongOperatorKind`] naming `factory`.
     pub fn into_text_sink(self, factory: &str) -> Result<Box<dyn Sink<Item = Text>>> {
         match self {
             Operator::TextSink(s) => Ok(s),
@@ -198,15 +212,18 @@ pub type BuildFn = fn(&BuildContext) -> Result<Operator>;
 /// One factory: what it builds and how. Aliases share the same `Arc`.
 #[derive(Debug)]
 pub struct Factory {
+    /// What the factory builds.
     pub kind: FactoryKind,
     build: BuildFn,
 }
 
 impl Factory {
+    /// A factory of `kind` building with `build`.
     pub fn new(kind: FactoryKind, build: BuildFn) -> Arc<Factory> {
         Arc::new(Factory { kind, build })
     }
 
+    /// Builds an operator from `ctx` (every option validated before any I/O).
     pub fn build(&self, ctx: &BuildContext) -> Result<Operator> {
         (self.build)(ctx)
     }
@@ -219,6 +236,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry (see [`install`] for the seven Kafka factories).
     pub fn new() -> Self {
         Registry::default()
     }
@@ -232,10 +250,12 @@ impl Registry {
         Ok(())
     }
 
+    /// The factory registered under `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Factory>> {
         self.factories.get(name).cloned()
     }
 
+    /// Every registered name (aliases included), in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.factories.keys().map(String::as_str)
     }

@@ -15,6 +15,9 @@
 //! Deliberate plaintext stays available: it has to be named
 //! (`security_protocol = 'plaintext'`) only when nothing contradicts it.
 //! There is never a fallback from TLS to plaintext or from SCRAM to PLAIN.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::security::*` and are
+//! not re-exported elsewhere (the validated security options, shared by every factory).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,7 +29,7 @@ use super::error::{ConnectorError, Result};
 use crate::client::{ClientConfig, SaslConfig, TlsConfig};
 
 /// `security_protocol`: the client's own enum (no connector copy).
-pub use crate::client::SecurityProtocol;
+use crate::client::SecurityProtocol;
 
 const PROTOCOLS_ALLOWED: &str = "one of plaintext, ssl, sasl_plaintext, sasl_ssl";
 
@@ -45,6 +48,7 @@ fn option_name(protocol: SecurityProtocol) -> String {
 /// The validated security configuration of one connector.
 #[derive(Clone, Debug, Default)]
 pub struct SecurityConfig {
+    /// `security_protocol`: plaintext, ssl, sasl_plaintext or sasl_ssl.
     pub protocol: SecurityProtocol,
     /// The client's own SASL settings (the password prints as `***`).
     pub sasl: Option<SaslConfig>,

@@ -1,5 +1,5 @@
 //! The backend the `backend` option selected, at run time: one type per
-//! trait of [`super::backend`] that is either the native client or
+//! trait of [`super::ConsumerBackend`] / [`super::ProducerBackend`] that is either the native client or
 //! librdkafka (cargo feature `rdkafka`), so the registry, the CLI and the
 //! parity tests build one source or sink type whichever backend runs
 //! underneath. Without the feature the `Rdkafka` variants do not exist and
@@ -7,6 +7,9 @@
 //! ([`ConnectorError::MissingFeature`](super::ConnectorError::MissingFeature)).
 //!
 //! The cost is one `match` per call, none per record.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::selected::*` and are
+//! not re-exported elsewhere (the per-operator backend choice, used by the registry, the CLI and the parity tests).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -24,14 +27,16 @@ use super::options::{Backend, SinkOptions, SourceOptions, TwoPhaseCommitOptions,
 use super::rdkafka::{RdkafkaConsumer, RdkafkaDelivery, RdkafkaProducer, RdkafkaTransactionalProducer};
 use super::record::KafkaMessage;
 use super::{KafkaSink, KafkaSource, TwoPhaseCommitSink, UpsertSink};
-use crate::client::ResumeHandle;
+use crate::client::{PartitionOffset, ResumeHandle};
 
 /// The consumer `backend` chose.
 // One per operator: the size difference between variants costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedConsumer {
+    /// The pure-Rust client's consumer.
     Native(NativeConsumer),
+    /// librdkafka's consumer (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaConsumer),
 }
@@ -41,7 +46,9 @@ pub enum SelectedConsumer {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedProducer {
+    /// The pure-Rust client's producer.
     Native(NativeProducer),
+    /// librdkafka's producer (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaProducer),
 }
@@ -51,14 +58,18 @@ pub enum SelectedProducer {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum SelectedTransactionalProducer {
+    /// The pure-Rust client's transactional producer.
     Native(NativeTransactionalProducer),
+    /// librdkafka's transactional producer (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaTransactionalProducer),
 }
 
 /// A delivery of either backend.
 pub enum SelectedDelivery {
+    /// The pure-Rust client's delivery.
     Native(NativeDelivery),
+    /// librdkafka's delivery (cargo feature `rdkafka`).
     #[cfg(feature = "rdkafka")]
     Rdkafka(RdkafkaDelivery),
 }
@@ -101,6 +112,7 @@ impl SelectedConsumer {
 }
 
 impl SelectedProducer {
+    /// The producer `options.backend` names, configured from `options`.
     pub fn for_options(options: &SinkOptions) -> Result<Self> {
         match options.backend {
             Backend::Native => Ok(SelectedProducer::Native(NativeProducer::new(
@@ -116,6 +128,8 @@ impl SelectedProducer {
 }
 
 impl SelectedTransactionalProducer {
+    /// The transactional producer `options.backend` names, configured from
+    /// `options` (the transactional id is given to `init_transactions`).
     pub fn for_options(options: &SinkOptions) -> Result<Self> {
         match options.backend {
             Backend::Native => Ok(SelectedTransactionalProducer::Native(NativeTransactionalProducer::new(
@@ -193,7 +207,7 @@ impl ConsumerBackend for SelectedConsumer {
         each!(self, b => b.committed(group_id, topic, partitions).await, SelectedConsumer)
     }
 
-    async fn assign(&mut self, topic: &str, partitions: &[(i32, i64)]) -> Result<()> {
+    async fn assign(&mut self, topic: &str, partitions: &[PartitionOffset]) -> Result<()> {
         each!(self, b => b.assign(topic, partitions).await, SelectedConsumer)
     }
 

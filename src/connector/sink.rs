@@ -90,6 +90,7 @@ impl KafkaSink<NativeProducer> {
 }
 
 impl<B: ProducerBackend> KafkaSink<B> {
+    /// A sink writing through `backend` (any [`ProducerBackend`]); nothing connects before `open`.
     pub fn with_backend(options: SinkOptions, backend: B) -> Self {
         let series = crate::metrics::ConnectorSeries::sink(
             options.metric_prefix.as_deref(),
@@ -107,14 +108,19 @@ impl<B: ProducerBackend> KafkaSink<B> {
         }
     }
 
+    /// The options the sink was built from.
     pub fn options(&self) -> &SinkOptions {
         &self.options
     }
 
+    /// The sink's counters (sent, delivered, delivery errors), shared: they stay readable after the sink is gone.
     pub fn counters(&self) -> Arc<SinkCounters> {
         self.counters.clone()
     }
 
+    /// Connects the producer ([`Sink::open`]); a second call does nothing.
+    ///
+    /// Cancel safety: a dropped call leaves the sink unopened, and a later call connects again.
     pub async fn open_sink(&mut self) -> Result<()> {
         if !self.opened {
             self.backend.connect().await?;
@@ -230,6 +236,7 @@ impl<B: ProducerBackend> KafkaSink<B> {
         Ok(())
     }
 
+    /// Flushes within `flush_timeout` and closes the producer ([`Sink::close`]); the first error is returned, after the close ran.
     pub async fn close_sink(&mut self) -> Result<()> {
         if !self.opened {
             return Ok(());
@@ -309,10 +316,12 @@ impl<B: ProducerBackend> fmt::Debug for TextKafkaSink<B> {
 }
 
 impl<B: ProducerBackend> TextKafkaSink<B> {
+    /// The string channel over `inner`: text values are encoded (with `format`, framed by the registry) and written through it.
     pub fn new(inner: KafkaSink<B>) -> Self {
         TextKafkaSink { inner, encoder: None }
     }
 
+    /// The sink underneath.
     pub fn inner(&self) -> &KafkaSink<B> {
         &self.inner
     }

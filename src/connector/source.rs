@@ -37,6 +37,7 @@ use super::format::ValueDecoder;
 use super::options::{AutoOffsetReset, DecodeErrorPolicy, SourceOptions};
 use super::record::{KafkaMessage, Text};
 use super::{Batch, BoxFuture, Emitter, Source, StateRow};
+use crate::client::PartitionOffset;
 
 /// The operator-state key prefix of a source resume row.
 const ROW_PREFIX: &str = "kafka-source/";
@@ -71,8 +72,11 @@ impl fmt::Display for Origin {
 /// One partition's resume position: the next offset to emit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResumeRow {
+    /// The topic.
     pub topic: String,
+    /// The partition index.
     pub partition: i32,
+    /// The next offset the source will emit from this partition.
     pub next_offset: i64,
 }
 
@@ -218,17 +222,22 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         }
     }
 
+    /// The options the source was built from.
     pub fn options(&self) -> &SourceOptions {
         &self.options
     }
 
+    /// The source's counters, shared: they stay readable after the source is gone.
     pub fn counters(&self) -> Arc<SourceCounters> {
         self.counters.clone()
     }
 
     /// The assigned partitions and the next offset each will emit.
-    pub fn assignment(&self) -> Vec<(i32, i64)> {
-        self.assigned.iter().map(|(p, o)| (*p, *o)).collect()
+    pub fn assignment(&self) -> Vec<PartitionOffset> {
+        self.assigned
+            .iter()
+            .map(|(p, o)| PartitionOffset::new(*p, *o))
+            .collect()
     }
 
     /// Where each assigned partition's start offset came from, at the last
@@ -390,7 +399,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
             positions.insert(p, o);
             origins.insert(p, origin);
         }
-        let list: Vec<(i32, i64)> = positions.iter().map(|(p, o)| (*p, *o)).collect();
+        let list: Vec<PartitionOffset> = positions.iter().map(|(p, o)| PartitionOffset::new(*p, *o)).collect();
         // Buffered records would be fetched again from the held positions.
         self.pending.clear();
         self.backend.assign(&self.options.topic, &list).await?;
@@ -403,7 +412,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         self.series.assigned.set(self.assigned.len() as f64);
         let described: Vec<String> = list
             .iter()
-            .map(|(p, o)| format!("{p}@{o}({})", self.origins[p]))
+            .map(|p| format!("{}@{}({})", p.partition, p.offset, self.origins[&p.partition]))
             .collect();
         tracing::info!(
             subtask = %format_args!("{}/{}", self.options.subtask_index, self.options.source_parallelism),
@@ -535,6 +544,7 @@ impl<B: ConsumerBackend> KafkaSource<B> {
         Ok(n)
     }
 
+    /// Closes the consumer ([`Source::close`]); the positions stay in the snapshot.
     pub async fn close_source(&mut self) -> Result<()> {
         for (p, o) in std::mem::take(&mut self.assigned) {
             self.tracked.insert(p, o);
@@ -625,6 +635,7 @@ impl<B: ConsumerBackend> TextKafkaSource<B> {
         self.inner.open_source().await
     }
 
+    /// The source underneath.
     pub fn inner(&self) -> &KafkaSource<B> {
         &self.inner
     }

@@ -15,6 +15,9 @@
 //! too. A single-quoted key is a string literal, which the parser rejects.
 //! Values are literals: strings, numbers (a leading minus allowed),
 //! booleans.
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::sql::*` and are
+//! not re-exported elsewhere (the SQL front and its JSON row bridge, one vocabulary for a planner).
 
 use std::collections::BTreeMap;
 
@@ -162,7 +165,9 @@ fn row_types_as_structs(sql: &str) -> Result<Vec<sqlparser::tokenizer::TokenWith
 /// A parsed `CREATE TABLE`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TableDefinition {
+    /// The table's name, as written.
     pub name: String,
+    /// The columns, in declaration order.
     pub columns: Vec<Column>,
     /// The `WITH` options, keys as written (unquoted ones case-folded).
     pub options: BTreeMap<String, String>,
@@ -289,15 +294,20 @@ pub fn parse_create_table(sql: &str) -> Result<TableDefinition> {
 /// Whether the plan reads or writes the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TableRole {
+    /// The plan reads the table (a source).
     Source,
+    /// The plan writes the table (a sink).
     Sink,
 }
 
 /// The table's delivery mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TableMode {
+    /// `mode = 'append'`: every row is a record (the message or text source / sink).
     Append,
+    /// `mode = 'upsert'`: the primary key is the record key; deletes are tombstones (the upsert sink).
     Upsert,
+    /// `mode = 'exactly_once'`: the two-phase-commit sink (the source side reads `read_committed`).
     ExactlyOnce,
 }
 
@@ -316,8 +326,11 @@ pub enum JsonBridge {
 /// A planned table: the factory and the parameters it gets.
 #[derive(Clone, Debug)]
 pub struct PlannedTable {
+    /// The factory name the table maps to.
     pub factory: &'static str,
+    /// The delivery mode.
     pub mode: TableMode,
+    /// The parameters the factory is built with.
     pub context: BuildContext,
     /// The JSON → row decode of a source ([`build_table_source`]); a sink
     /// ignores it.

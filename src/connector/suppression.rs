@@ -1,6 +1,6 @@
 //! Replay suppression: the spec's "Commit receipts + replay suppression"
 //! (`kafka_2pc_sink_string`, option `replay_suppression`), as a pure state
-//! machine the two-phase-commit sink ([`super::twopc`]) drives.
+//! machine the two-phase-commit sink ([`super::TwoPhaseCommitSink`]) drives.
 //!
 //! When a restore falls back below checkpoints this subtask already
 //! committed (a mixed verdict: its receipts `sub<K>-<N>` exist above the
@@ -42,9 +42,15 @@ pub enum SuppressionState {
     /// Nothing receipted above the restore point (or the option is off).
     Off,
     /// Swallowing re-emissions at or below `horizon`.
-    Armed { horizon: i64 },
+    Armed {
+        /// The highest event time a receipt covers, in milliseconds since the epoch.
+        horizon: i64,
+    },
     /// A watermark passed `horizon`: nothing is judged any more.
-    Retired { horizon: i64 },
+    Retired {
+        /// The horizon the state machine was armed with.
+        horizon: i64,
+    },
 }
 
 /// The replay-suppression state machine (no I/O, no clock).
@@ -87,6 +93,7 @@ impl ReplaySuppression {
         s
     }
 
+    /// Where the state machine is.
     pub fn state(&self) -> SuppressionState {
         self.state
     }

@@ -2,7 +2,7 @@
 //! ([`TextKafkaSource`]) followed by the JSON row bridge, emitting
 //! [`TableBatch`]es: typed columns ([`super::columnar`],
 //! `columnar_decode = true`, the default for `format = 'json'`) or rows
-//! ([`super::json_row`]).
+//! ([`super::sql::decode_row`]).
 //!
 //! The bridge runs where each record's topic, partition and offset are
 //! known, so a record that does not fit the table (not JSON, a wrong-typed
@@ -41,6 +41,7 @@ impl TableBatch {
         }
     }
 
+    /// Whether the batch has no rows.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -87,10 +88,12 @@ impl<B: ConsumerBackend> TableSource<B> {
         }
     }
 
+    /// The string source underneath.
     pub fn text_source(&self) -> &TextKafkaSource<B> {
         &self.text
     }
 
+    /// The table's columns, in declaration order.
     pub fn columns(&self) -> &[Column] {
         &self.columns
     }
@@ -100,6 +103,7 @@ impl<B: ConsumerBackend> TableSource<B> {
         self.columnar.as_ref().map(ColumnarBridge::stats)
     }
 
+    /// The source's resume positions (see [`TextKafkaSource::resume_rows`]).
     pub fn resume_rows(&self) -> Vec<ResumeRow> {
         self.text.resume_rows()
     }

@@ -156,7 +156,9 @@ const STATE_VERSION: &str = "clink-2pc-state/1";
 /// One staged checkpoint, as a state row holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StagedCheckpoint {
+    /// The transactional id of the subtask that staged it.
     pub transactional_id: String,
+    /// The checkpoint id.
     pub checkpoint: u64,
     /// Records in the checkpoint's transaction (or queued segment).
     pub records: u64,
@@ -296,7 +298,9 @@ fn percent_decode(s: &str) -> Option<String> {
 /// A restored checkpoint whose records Kafka will not show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Orphan {
+    /// The checkpoint id.
     pub checkpoint: u64,
+    /// Records the checkpoint's transaction (or queued segment) held.
     pub records: u64,
     /// The handle, for a prepared transaction; `None` for a queued segment.
     pub handle: Option<ResumeHandle>,
@@ -313,8 +317,11 @@ pub struct TwoPhaseCommitStats {
     pub records_sent: u64,
     /// Records in transactions this sink committed.
     pub records_committed: u64,
+    /// Transactions (with records) this sink committed at `on_commit`.
     pub transactions_committed: u64,
+    /// Transactions aborted.
     pub transactions_aborted: u64,
+    /// Commit receipts written.
     pub receipts_written: u64,
     /// Restored prepared transactions committed over the wire at `open`.
     pub resolved_over_the_wire: u64,
@@ -362,13 +369,16 @@ pub const MAX_RECEIPT_FILE: u64 = 64 << 10;
 /// had reached the sink.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Receipt {
+    /// The checkpoint id.
     pub checkpoint: u64,
     /// The handle's text ([`ResumeHandle`]'s `Display`).
     pub handle: String,
+    /// The newest watermark the sealing barrier saw (milliseconds since the epoch); `None` when none had reached the sink.
     pub horizon: Option<i64>,
 }
 
 impl Receipt {
+    /// The receipt file's text: one `key=value` line per field.
     pub fn to_text(&self) -> String {
         let mut text = format!("checkpoint={}\nhandle={}\n", self.checkpoint, self.handle);
         if let Some(h) = self.horizon {
@@ -431,8 +441,11 @@ impl Receipt {
 /// its resolution could not settle.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingMarker {
+    /// The checkpoint id.
     pub checkpoint: u64,
+    /// The transaction's resume handle.
     pub handle: ResumeHandle,
+    /// The newest watermark its barrier saw (milliseconds since the epoch), if any.
     pub horizon: Option<i64>,
 }
 
@@ -740,6 +753,7 @@ impl TwoPhaseCommitSink<NativeTransactionalProducer> {
 }
 
 impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
+    /// A 2PC sink writing through `backend`; nothing connects before `open`.
     pub fn with_backend(options: TwoPhaseCommitOptions, backend: B) -> Self {
         let transactional_id = options.subtask_transactional_id();
         let receipts = ReceiptStore {
@@ -781,6 +795,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         }
     }
 
+    /// The options the sink was built from.
     pub fn options(&self) -> &TwoPhaseCommitOptions {
         &self.options
     }
@@ -790,6 +805,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         &self.transactional_id
     }
 
+    /// A snapshot of the sink's counters.
     pub fn stats(&self) -> TwoPhaseCommitStats {
         self.stats.clone()
     }
@@ -1609,7 +1625,7 @@ mod tests {
         }
         async fn send(&self, _topic: &str, _partition: Option<i32>, message: KafkaMessage) -> Result<Self::Delivery> {
             self.push(format!("send:{}", String::from_utf8_lossy(message.payload_bytes())));
-            Ok(std::future::ready(Ok((0, 0))))
+            Ok(std::future::ready(Ok(crate::client::PartitionOffset::new(0, 0))))
         }
         async fn flush(&self, _timeout: Duration) -> Result<()> {
             self.push("flush".into());

@@ -39,13 +39,18 @@ pub const ROW_KIND_FIELD: &str = "__row_kind";
 /// A row's change kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowKind {
+    /// `insert` / `+I`: the row is written as the key's value.
     Insert,
+    /// `update_before` / `-U`: the old row of an update; dropped (the `update_after` row follows).
     UpdateBefore,
+    /// `update_after` / `+U`: the new row of an update; written as the key's value.
     UpdateAfter,
+    /// `delete` / `-D`: written as a tombstone (null value) for the key.
     Delete,
 }
 
 impl RowKind {
+    /// Parses a `__row_kind` value (case-insensitive; long or short form); `None` when unknown.
     pub fn parse(s: &str) -> Option<RowKind> {
         Some(match s.trim().to_ascii_lowercase().as_str() {
             "insert" | "+i" => RowKind::Insert,
@@ -56,6 +61,7 @@ impl RowKind {
         })
     }
 
+    /// The long name: `insert`, `update_before`, `update_after` or `delete`.
     pub fn name(self) -> &'static str {
         match self {
             RowKind::Insert => "insert",
@@ -161,6 +167,7 @@ impl<B: ProducerBackend> fmt::Debug for UpsertSink<B> {
 }
 
 impl UpsertSink<NativeProducer> {
+    /// An upsert sink over a native [`KafkaSink`] built from `options`.
     pub fn new(options: UpsertOptions) -> Result<Self> {
         Ok(UpsertSink::with_sink(
             KafkaSink::new(options.sink)?,
@@ -170,6 +177,7 @@ impl UpsertSink<NativeProducer> {
 }
 
 impl<B: ProducerBackend> UpsertSink<B> {
+    /// An upsert sink over `inner`, keyed by the JSON fields `primary_key` in order.
     pub fn with_sink(inner: KafkaSink<B>, primary_key: Vec<String>) -> Self {
         UpsertSink {
             inner,
@@ -191,6 +199,7 @@ impl<B: ProducerBackend> UpsertSink<B> {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// The counters of the sink underneath.
     pub fn counters(&self) -> Arc<SinkCounters> {
         self.inner.counters()
     }

@@ -18,7 +18,9 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// An HTTP answer: status and body (headers are consumed by the parser).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
+    /// The HTTP status code.
     pub status: u16,
+    /// The body, de-chunked, at most `max_body` bytes (see [`parse_response`]).
     pub body: Vec<u8>,
 }
 

@@ -40,12 +40,16 @@ pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 /// The schema languages of the Confluent API (`schemaType`; absent = Avro).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchemaType {
+    /// Apache Avro (`AVRO`, also when `schemaType` is absent).
     Avro,
+    /// Protocol Buffers (`PROTOBUF`).
     Protobuf,
+    /// JSON Schema (`JSON`).
     Json,
 }
 
 impl SchemaType {
+    /// The Confluent API's name: `AVRO`, `PROTOBUF` or `JSON`.
     pub fn name(self) -> &'static str {
         match self {
             SchemaType::Avro => "AVRO",
@@ -67,12 +71,19 @@ impl SchemaType {
 /// Credentials for the registry.
 #[derive(Clone, Debug, Default)]
 pub enum RegistryAuth {
+    /// No credentials (the default).
     #[default]
     None,
     /// HTTP basic: `user:password` (`schema_registry_basic_auth_user_info`).
-    Basic { user_info: Secret },
+    Basic {
+        /// The `user:password` pair, sent base64-encoded.
+        user_info: Secret,
+    },
     /// `Authorization: Bearer <token>` (`schema_registry_bearer_auth_token`).
-    Bearer { token: Secret },
+    Bearer {
+        /// The bearer token.
+        token: Secret,
+    },
 }
 
 /// Where the registry is and how to reach it.
@@ -81,6 +92,7 @@ pub struct RegistryConfig {
     /// `schema_registry_url`: `http://` or `https://`, with any base path
     /// (e.g. Apicurio's `/apis/ccompat/v7`).
     pub url: String,
+    /// Credentials sent with every request (`RegistryAuth::None` by default).
     pub auth: RegistryAuth,
     /// TLS settings for an `https` URL (`ca_file`: a private CA).
     pub tls: TlsConfig,
@@ -89,6 +101,7 @@ pub struct RegistryConfig {
 }
 
 impl RegistryConfig {
+    /// A registry at `url`, without credentials, default TLS settings and a 10-second request bound.
     pub fn new(url: impl Into<String>) -> Self {
         RegistryConfig {
             url: url.into(),
@@ -104,21 +117,56 @@ impl RegistryConfig {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RegistryError {
+    /// An option's value is invalid (the URL, the TLS files).
     #[error("invalid option {option:?}: {reason}")]
-    Config { option: &'static str, reason: String },
+    Config {
+        /// The option (or flag) the value came from.
+        option: &'static str,
+        /// Why the value is invalid.
+        reason: String,
+    },
+    /// The registry has no such schema or subject (HTTP 404).
     #[error("schema registry {url}: {what} not found ({detail})")]
-    NotFound { url: String, what: String, detail: String },
-    #[error("schema registry {url}: {what}: HTTP {status}: {detail}")]
-    Status {
+    NotFound {
+        /// The registry's base URL.
         url: String,
+        /// What was asked for (a schema by id, a subject's latest version).
         what: String,
-        status: u16,
+        /// The registry's error message.
         detail: String,
     },
+    /// The registry answered with another non-success HTTP status.
+    #[error("schema registry {url}: {what}: HTTP {status}: {detail}")]
+    Status {
+        /// The registry's base URL.
+        url: String,
+        /// What was asked for.
+        what: String,
+        /// The HTTP status code.
+        status: u16,
+        /// The registry's error message or body, shortened.
+        detail: String,
+    },
+    /// The registry could not be reached (connect, TLS, timeout, closed connection).
     #[error("schema registry {url}: {what}: {reason}")]
-    Unreachable { url: String, what: String, reason: String },
+    Unreachable {
+        /// The registry's base URL.
+        url: String,
+        /// What was asked for.
+        what: String,
+        /// The connection or TLS failure.
+        reason: String,
+    },
+    /// The registry's answer could not be read (not HTTP, not the JSON expected).
     #[error("schema registry {url}: {what}: unreadable answer: {reason}")]
-    Garbage { url: String, what: String, reason: String },
+    Garbage {
+        /// The registry's base URL.
+        url: String,
+        /// What was asked for.
+        what: String,
+        /// Why the answer could not be read.
+        reason: String,
+    },
 }
 
 /// The most schema references one schema may pull in, transitively.
@@ -128,8 +176,11 @@ pub const MAX_REFERENCES: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RegisteredSchema {
+    /// The registry's global schema id (what the Confluent framing carries).
     pub id: u32,
+    /// The schema language.
     pub schema_type: SchemaType,
+    /// The schema text as the registry returned it.
     pub text: String,
     /// The texts of the schemas it references (Confluent `references`:
     /// a Protobuf `import` name, or a JSON/Avro reference name → that
@@ -138,6 +189,7 @@ pub struct RegisteredSchema {
 }
 
 impl RegisteredSchema {
+    /// A schema without references.
     pub fn new(id: u32, schema_type: SchemaType, text: String) -> Self {
         RegisteredSchema {
             id,
@@ -257,6 +309,7 @@ impl SchemaRegistryClient {
         })
     }
 
+    /// The registry's base URL, as configured.
     pub fn url(&self) -> &str {
         &self.config.url
     }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
-    ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, Producer, ProducerConfig, ProducerRecord,
+    ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
 };
 use clink_kafka::wire::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use clink_kafka::wire::kafka_protocol::messages::{MetadataRequest, TopicName};
@@ -371,7 +371,9 @@ impl OrderedReader {
         let (want, progress) = (expected.clone(), read.clone());
         let task = tokio::spawn(async move {
             let mut consumer = Consumer::new(cluster, ConsumerConfig::default());
-            let assignment: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (topic.as_str(), p)).collect();
+            let assignment: Vec<TopicPartition> = (0..PARTITIONS)
+                .map(|p| TopicPartition::new(topic.as_str(), p))
+                .collect();
             consumer.assign(&assignment);
             consumer.seek_all(Offset::Earliest).await.expect("seek");
             let deadline = Instant::now() + Duration::from_secs(300);

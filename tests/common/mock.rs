@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{ClientConfig, Cluster, Consumer, ConsumerConfig, Offset};
+use clink_kafka::client::{ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
@@ -101,7 +101,7 @@ pub async fn native_read_all(
 ) -> Vec<(i32, i64, String)> {
     let cluster = native_cluster(config).await;
     let mut consumer = Consumer::new(cluster, ConsumerConfig::default());
-    let assignment: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
+    let assignment: Vec<TopicPartition> = (0..partitions).map(|p| TopicPartition::new(topic, p)).collect();
     consumer.assign(&assignment);
     for p in 0..partitions {
         consumer.seek(topic, p, Offset::Earliest).await.expect("seek");

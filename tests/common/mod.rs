@@ -16,7 +16,9 @@ pub mod scripted;
 
 use std::time::{Duration, Instant};
 
-use clink_kafka::client::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset};
+use clink_kafka::client::{
+    Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset, TopicPartition,
+};
 use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
 
@@ -115,7 +117,7 @@ pub async fn consume_exactly(
     count: usize,
 ) -> Vec<ConsumerRecord> {
     let mut consumer = Consumer::new(cluster.clone(), config);
-    consumer.assign(&[(topic, partition)]);
+    consumer.assign(&[TopicPartition::new(topic, partition)]);
     consumer.seek(topic, partition, start).await.expect("seek");
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut out = Vec::new();
@@ -234,14 +236,17 @@ pub async fn read_committed_until(
 ) -> Vec<String> {
     let config = ConsumerConfig::default().with_isolation(clink_kafka::client::IsolationLevel::ReadCommitted);
     let mut consumer = Consumer::new(cluster.clone(), config);
-    let assignment: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
+    let assignment: Vec<TopicPartition> = (0..partitions).map(|p| TopicPartition::new(topic, p)).collect();
     consumer.assign(&assignment);
     consumer.seek_all(Offset::Earliest).await.expect("seek");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut out = Vec::new();
     let at_end = |consumer: &Consumer| {
         (0..partitions).all(|p| match (consumer.watermarks(topic, p), consumer.position(topic, p)) {
-            (Some((hw, lso)), Some(pos)) => hw >= 0 && lso >= 0 && pos >= lso && (!settled || lso == hw),
+            (Some(w), Some(pos)) => {
+                let (hw, lso) = (w.high_watermark, w.last_stable_offset);
+                hw >= 0 && lso >= 0 && pos >= lso && (!settled || lso == hw)
+            }
             _ => false,
         })
     };

@@ -18,11 +18,13 @@ use apache_avro::Schema;
 /// allocate it. 64 MiB: the consumer's per-record inflation bound.
 pub const MAX_AVRO_ALLOCATION: usize = 64 * 1024 * 1024;
 
+/// Parses an Avro schema (and sets the decoder's allocation bound).
 pub fn compile(text: &str) -> Result<Schema, String> {
     apache_avro::util::max_allocation_bytes(MAX_AVRO_ALLOCATION);
     Schema::parse_str(text).map_err(|e| format!("the Avro schema does not parse: {e}"))
 }
 
+/// Decodes one Avro datum of `schema` (the whole payload, after the framing) to JSON text.
 pub fn decode(schema: &Schema, payload: &[u8]) -> Result<String, String> {
     apache_avro::util::max_allocation_bytes(MAX_AVRO_ALLOCATION);
     let mut rest = payload;
@@ -36,6 +38,7 @@ pub fn decode(schema: &Schema, payload: &[u8]) -> Result<String, String> {
     Ok(json.to_string())
 }
 
+/// Encodes JSON text as one Avro datum of `schema`; refuses a value that does not fit it.
 pub fn encode(schema: &Schema, json: &str) -> Result<Vec<u8>, String> {
     let json: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
     let value = AvroValue::try_from(json).map_err(|e| format!("no Avro form: {e}"))?;

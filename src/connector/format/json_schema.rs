@@ -10,6 +10,7 @@
 use jsonschema::Validator;
 use serde_json::Value;
 
+/// Compiles a JSON Schema into a validator.
 pub fn compile(text: &str) -> Result<Validator, String> {
     let schema: Value = serde_json::from_str(text).map_err(|e| format!("the JSON Schema is not JSON: {e}"))?;
     jsonschema::validator_for(&schema).map_err(|e| format!("the JSON Schema does not compile: {e}"))
@@ -23,11 +24,13 @@ fn check(validator: &Validator, json: &str) -> Result<Value, String> {
     Ok(value)
 }
 
+/// Checks a UTF-8 JSON payload against the schema and returns it as compact JSON text.
 pub fn decode(validator: &Validator, payload: &[u8]) -> Result<String, String> {
     let text = std::str::from_utf8(payload).map_err(|e| format!("not UTF-8: {e}"))?;
     check(validator, text).map(|v| v.to_string())
 }
 
+/// Checks JSON text against the schema and returns its compact bytes.
 pub fn encode(validator: &Validator, json: &str) -> Result<Vec<u8>, String> {
     check(validator, json).map(|v| v.to_string().into_bytes())
 }

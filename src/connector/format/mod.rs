@@ -15,6 +15,9 @@
 //!
 //! Avro ([`avro`]), Protobuf ([`protobuf`]: the frame's message-index path
 //! picks the message type) and JSON Schema ([`json_schema`]).
+//!
+//! A namespace module: its items are reached only as `clink_kafka::connector::format::*` and are
+//! not re-exported elsewhere (registry-framed value formats, one submodule per format).
 
 pub mod avro;
 pub mod json_schema;
@@ -35,12 +38,16 @@ use crate::wire::secret::Secret;
 /// A registry-framed value format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueFormat {
+    /// Apache Avro (`format = 'avro'`).
     Avro,
+    /// Protocol Buffers (`format = 'protobuf'`).
     Protobuf,
+    /// JSON Schema (`format = 'json-schema'`).
     JsonSchema,
 }
 
 impl ValueFormat {
+    /// The option value: `avro`, `protobuf` or `json-schema`.
     pub fn name(self) -> &'static str {
         match self {
             ValueFormat::Avro => "avro",
@@ -49,6 +56,7 @@ impl ValueFormat {
         }
     }
 
+    /// The registry's schema language for this format.
     pub fn schema_type(self) -> SchemaType {
         match self {
             ValueFormat::Avro => SchemaType::Avro,
@@ -77,7 +85,9 @@ impl ValueFormat {
 /// The registry options of a string factory.
 #[derive(Clone, Debug)]
 pub struct FormatOptions {
+    /// The value format.
     pub format: ValueFormat,
+    /// Where the registry is and how to reach it (`schema_registry_url`, credentials, TLS).
     pub registry: RegistryConfig,
     /// `schema_registry_subject`; `None`: `<topic>-value`.
     pub subject: Option<String>,
@@ -89,6 +99,7 @@ pub struct FormatOptions {
 }
 
 impl FormatOptions {
+    /// `format` with the registry at `url`, subject `<topic>-value`, no auto-registration.
     pub fn new(format: ValueFormat, url: impl Into<String>) -> Self {
         FormatOptions {
             format,
@@ -99,6 +110,7 @@ impl FormatOptions {
         }
     }
 
+    /// The subject for `topic`: `schema_registry_subject`, or `<topic>-value`.
     pub fn subject_for(&self, topic: &str) -> String {
         self.subject.clone().unwrap_or_else(|| format!("{topic}-value"))
     }
@@ -287,6 +299,7 @@ pub struct ValueDecoder {
 }
 
 impl ValueDecoder {
+    /// A decoder for `options.format` with its registry client; no I/O until the first value.
     pub fn new(options: &FormatOptions) -> Result<Self> {
         Ok(ValueDecoder {
             format: options.format,
@@ -296,6 +309,7 @@ impl ValueDecoder {
         })
     }
 
+    /// The value format decoded.
     pub fn format(&self) -> ValueFormat {
         self.format
     }
@@ -361,6 +375,7 @@ pub struct ValueEncoder {
 }
 
 impl ValueEncoder {
+    /// An encoder for `topic`'s subject (see [`FormatOptions::subject_for`]); the schema is fetched (or registered) at open.
     pub fn new(options: &FormatOptions, topic: &str) -> Result<Self> {
         Ok(ValueEncoder {
             subject: options.subject_for(topic),
@@ -371,6 +386,7 @@ impl ValueEncoder {
         })
     }
 
+    /// The subject whose schema values are encoded with.
     pub fn subject(&self) -> &str {
         &self.subject
     }
