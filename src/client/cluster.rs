@@ -395,7 +395,7 @@ impl Cluster {
     ///
     /// Cancel safety: this method is cancel safe: it only refreshes the
     /// metadata cache (swapped whole) and opens connections into their slots.
-    pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, BrokerConnection)> {
+    pub(crate) async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, BrokerConnection)> {
         let started = Instant::now();
         let mut backoff = self.backoff();
         let mut refreshed = false;
