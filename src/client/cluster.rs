@@ -107,6 +107,10 @@ struct Inner {
     bootstrap: tokio::sync::Mutex<Option<BrokerConnection>>,
 }
 
+/// How long a Metadata request waits on the control connection before it
+/// is also sent to another broker (see `Cluster::hedged`).
+const METADATA_HEDGE_AFTER: Duration = Duration::from_millis(500);
+
 impl Cluster {
     /// Connects to the first reachable bootstrap broker and loads the broker
     /// list.
@@ -198,6 +202,61 @@ impl Cluster {
         })
     }
 
+    /// Sends a Metadata request on the control connection `conn`; with no
+    /// answer after [`METADATA_HEDGE_AFTER`], sends it again on a live
+    /// connection to another broker and takes whichever answer comes first.
+    /// The control connection may lead to a broker that is cut off (a
+    /// request there waits out `request_timeout`, then a reconnect may wait
+    /// out `connect_timeout`), and the metadata is what tells the client to
+    /// route around that broker: a poll must not wait for it.
+    async fn hedged(
+        &self,
+        conn: &BrokerConnection,
+        request: &MetadataRequest,
+    ) -> (
+        BrokerRef,
+        Result<clink_kafka_wire::kafka_protocol::messages::MetadataResponse>,
+    ) {
+        let primary = conn.request(request);
+        tokio::pin!(primary);
+        tokio::select! {
+            r = &mut primary => return (conn.broker().clone(), r),
+            _ = tokio::time::sleep(METADATA_HEDGE_AFTER) => {}
+        }
+        let other = {
+            let slots: Vec<Slot> = self
+                .inner
+                .connections
+                .lock()
+                .expect("connections lock")
+                .values()
+                .cloned()
+                .collect();
+            slots.into_iter().find_map(|s| {
+                s.try_lock().ok().and_then(|guard| {
+                    guard
+                        .as_ref()
+                        .filter(|c| !c.is_closed() && c.broker().addr != conn.broker().addr)
+                        .cloned()
+                })
+            })
+        };
+        let Some(other) = other else {
+            return (conn.broker().clone(), primary.await);
+        };
+        tracing::debug!(control = %conn.broker(), other = %other.broker(),
+            "metadata: no answer on the control connection yet; asking another broker too");
+        let hedge = other.request(request);
+        tokio::pin!(hedge);
+        tokio::select! {
+            r = &mut primary => (conn.broker().clone(), r),
+            r = &mut hedge => match r {
+                Ok(answer) => (other.broker().clone(), Ok(answer)),
+                Err(_) => (conn.broker().clone(), primary.await),
+            },
+        }
+    }
+
     /// The connection to broker `node_id`, opening (or reopening) it as needed.
     pub async fn broker(&self, node_id: i32) -> Result<BrokerConnection> {
         let slot = self
@@ -260,14 +319,14 @@ impl Cluster {
         let mut attempt = 0;
         let (broker, response) = loop {
             let conn = self.any_broker().await?;
-            match conn.request(&request).await {
-                Ok(r) => break (conn.broker().clone(), r),
+            match self.hedged(&conn, &request).await {
+                (broker, Ok(r)) => break (broker, r),
                 // One retry on a fresh connection for a transport failure.
-                Err(e) if e.is_connection_error() && attempt == 0 => {
+                (_, Err(e)) if e.is_connection_error() && attempt == 0 => {
                     attempt += 1;
                     tracing::debug!(error = %e, "metadata request failed; retrying on a new connection");
                 }
-                Err(e) => return Err(e),
+                (_, Err(e)) => return Err(e),
             }
         };
         if response.error_code != 0 {
