@@ -576,51 +576,32 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
 
 type Polled = (clink_kafka::connector::Result<usize>, Vec<Vec<KafkaMessage>>);
 
-/// One `produce` of every subtask's source, concurrently, until one of them
-/// has records (or fails), or all have answered: the calls still waiting
-/// then are dropped, which loses nothing (`KafkaSource::produce` is cancel
-/// safe: their polled records stay pending for the next round). Waiting for
-/// every subtask instead made each round as slow as its slowest source's
-/// poll timeout: parallelism 4 copied 1M records in 4.8 s of wall time for
-/// 1.1 s of CPU (parallelism 1: 0.9 s). Results in subtask order; a dropped
-/// call reads as no records.
+/// One `produce` of every subtask's source, concurrently (an idle source
+/// waits its poll timeout; the others' batches do not wait behind it).
+/// Results in subtask order.
+///
+/// Every round waits for every subtask, so a round is as slow as its
+/// slowest source (parallelism 4 copied 1M records in 4.8 s of wall time for
+/// 1.1 s of CPU; parallelism 1: 0.9 s). Ending the round at the first
+/// subtask with records and dropping the other calls (cancel safe) made it
+/// 0.86 s, but starved a subtask whose partial batch waits `poll_timeout`
+/// for more: the fast ones always won, and its checkpoint intervals stayed
+/// empty (tests/exactly_once.rs's p4x4 `after-resolve@3` found no
+/// transaction to resolve). Not yet fixed: see the session 13 note.
 async fn produce_all(subtasks: &mut [Subtask]) -> Vec<Polled> {
-    let mut futures: Vec<Pin<Box<dyn Future<Output = Polled> + Send + '_>>> = subtasks
-        .iter_mut()
-        .map(|s| {
-            Box::pin(async move {
-                let mut batches = Vec::new();
-                let produced = s.source.produce(&mut batches).await;
-                (produced, batches)
-            }) as Pin<Box<dyn Future<Output = Polled> + Send + '_>>
-        })
-        .collect();
-    let mut done: Vec<Option<Polled>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        let mut yielded = false;
-        for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
-            if slot.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(v) => {
-                        yielded |= !matches!(v.0, Ok(0));
-                        *slot = Some(v);
-                    }
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending && !yielded {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    drop(futures);
-    done.into_iter()
-        .map(|d| d.unwrap_or_else(|| (Ok(0), Vec::new())))
-        .collect()
+    join_in_order(
+        subtasks
+            .iter_mut()
+            .map(|s| {
+                Box::pin(async move {
+                    let mut batches = Vec::new();
+                    let produced = s.source.produce(&mut batches).await;
+                    (produced, batches)
+                }) as Pin<Box<dyn Future<Output = Polled> + Send + '_>>
+            })
+            .collect(),
+    )
+    .await
 }
 
 /// What a restore decided: the state the sources resume from, and the
