@@ -35,6 +35,7 @@ use clink_kafka_wire::produce_state::{self, BatchOutcome, SentBatch};
 use clink_kafka_wire::record::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
 use clink_kafka_wire::KafkaCode;
 
+use super::cluster::Metadata;
 use super::connection::BrokerConnection;
 use super::producer::{
     increment_sequence, Acks, Batch, Body, PartitionQueue, PendingRecord, Shared, PRODUCE_MAX_VERSION,
@@ -124,18 +125,15 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                         resequence(q);
                     }
                 }
-                let leader = metadata
-                    .topics
-                    .get(&*q.tp.topic)
-                    .and_then(|t| t.partitions.iter().find(|p| p.partition == q.tp.partition))
-                    .map(|p| p.leader)
-                    // A leader missing from the broker list (down or
-                    // restarting) counts as none yet (as Cluster::leader).
-                    .filter(|l| *l >= 0 && metadata.brokers.contains_key(l));
+                // Looked up only for a partition waiting to retry or with
+                // a batch to send (this loop visits every partition).
+                let mut looked_up = None;
                 if let Some(t) = q.retry_at {
                     // A failover: the metadata names a new leader since the
                     // failure, so the retry goes now, its backoff forgotten,
                     // not up to retry.backoff.max.ms after the leader moved.
+                    let leader = leader_of(&metadata, &q.tp.topic, q.tp.partition);
+                    looked_up = Some(leader);
                     let moved = leader.is_some() && q.retry_leader.is_some() && leader != q.retry_leader;
                     if t > now && !moved {
                         next_deadline = Some(next_deadline.map_or(t, |d| d.min(t)));
@@ -156,7 +154,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 if q.in_flight.len() >= limit || q.queue.is_empty() {
                     continue;
                 }
-                let Some(node) = leader else {
+                let Some(node) = looked_up.unwrap_or_else(|| leader_of(&metadata, &q.tp.topic, q.tp.partition)) else {
                     if !refresh.contains(&q.tp.topic) {
                         refresh.push(q.tp.topic.clone());
                     }
@@ -244,6 +242,17 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         }
     }
     tracing::debug!("producer sender stopped");
+}
+
+/// The partition's leader in `metadata`; a leader missing from the broker
+/// list (down or restarting) counts as none yet (as `Cluster::leader`).
+fn leader_of(metadata: &Metadata, topic: &str, partition: i32) -> Option<i32> {
+    metadata
+        .topics
+        .get(topic)
+        .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+        .map(|p| p.leader)
+        .filter(|l| *l >= 0 && metadata.brokers.contains_key(l))
 }
 
 /// A background connect ended: keep the connection, or keep the failure
