@@ -100,7 +100,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use clink_kafka::client::ClientConfig;
 use clink_kafka::connector::checkpoint::{CheckpointState, CheckpointStore, Coordinator, RestoreDecision, RestorePlan};
-use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitOptions};
+use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitMode, TwoPhaseCommitOptions};
 use clink_kafka::connector::security::SecurityConfig;
 use clink_kafka::connector::selected::{SelectedConsumer, SelectedProducer, SelectedTransactionalProducer};
 use clink_kafka::connector::{
@@ -194,6 +194,18 @@ pub struct CopyArgs {
     /// increase). false: the replay publishes them again.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub replay_suppression: bool,
+    /// The sinks' two_phase_commit: resume (a prepared transaction is
+    /// committed at the restore with its staged handle; one the broker
+    /// aborted on its transaction timeout during a long outage is replayed)
+    /// or kip939 (KIP-939: the broker never aborts a prepared transaction on
+    /// its timeout, so the restore commits it however long the job was down;
+    /// needs brokers with transaction.two.phase.commit.enable=true and
+    /// InitProducerId v6, and the native backend).
+    #[arg(long, value_name = "MODE", default_value = "resume", value_parser = ["resume", "kip939"])]
+    pub two_phase_commit: String,
+    /// The sinks' transaction_timeout_ms (default 60000).
+    #[arg(long, value_name = "MS", hide = true)]
+    pub transaction_timeout_ms: Option<u64>,
 }
 
 /// The connector's security settings for what the CLI options resolved to
@@ -396,6 +408,14 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         sink_options.sink.subtask_index = index;
         sink_options.parallelism = args.parallelism;
         sink_options.replay_suppression = args.replay_suppression;
+        sink_options.two_phase_commit = TwoPhaseCommitMode::parse("--two-phase-commit", &args.two_phase_commit)?;
+        if let Some(ms) = args.transaction_timeout_ms {
+            if ms == 0 || ms > i32::MAX as u64 {
+                bail!("--transaction-timeout-ms must be between 1 and {} (got {ms})", i32::MAX);
+            }
+            sink_options.transaction_timeout = Duration::from_millis(ms);
+            sink_options.sink.producer.delivery_timeout = Some(sink_options.transaction_timeout);
+        }
         let sink = if args.guarantee == "at-least-once" {
             CopySink::AtLeastOnce(Box::new(
                 selected::kafka_sink(sink_options.sink).context("configuring the sink")?,

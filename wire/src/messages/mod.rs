@@ -29,3 +29,5 @@ mod produce;
 mod sasl_authenticate;
 mod sasl_handshake;
 mod txn_offset_commit;
+
+pub use init_producer_id::{InitProducerIdTwoPhaseRequest, TWO_PHASE_COMMIT_VERSION};
