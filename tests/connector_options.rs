@@ -1068,6 +1068,7 @@ fn every_option_of_every_factory_is_shown_to_act() {
         ("replay_suppression", &["tests/connector_2pc.rs::receipts_confirm_commits_and_arm_replay_suppression"]),
         ("receipt_dir", &["tests/connector_2pc.rs::a_committed_checkpoint_is_visible_and_an_aborted_one_never_is"]),
         ("receipts_in_memory", &["src/connector/registry.rs::a_2pc_sink_needs_a_place_for_receipts_or_an_explicit_opt_in"]),
+        ("two_phase_commit", &["tests/kip939.rs::kip939_prepared_transactions_outlive_the_transaction_timeout", "tests/kip939.rs::a_broker_without_kip939_refuses_it_naming_the_option", "src/connector/options.rs::two_phase_commit_takes_resume_or_kip939_and_names_itself_otherwise"]),
         ("format", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source", "tests/connector_registry.rs::json_schema_round_trips_and_interoperates_both_ways_with_an_independent_peer"]),
         ("schema_registry_url", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source"]),
         ("schema_registry_subject", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),
