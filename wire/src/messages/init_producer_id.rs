@@ -70,14 +70,10 @@ impl Encodable for InitProducerIdTwoPhaseRequest {
         Ok(())
     }
 
-    fn compute_size(&self, _version: i16) -> anyhow::Result<usize> {
-        let id = self.request.transactional_id.as_ref().map_or(0, |id| id.0.len());
-        let id_len = if self.request.transactional_id.is_some() {
-            unsigned_varint_len(id as u64 + 1) + id
-        } else {
-            1
-        };
-        Ok(id_len + 4 + 8 + 2 + 1 + 1 + 1)
+    fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
+        let mut buf = bytes::BytesMut::new();
+        self.encode(&mut buf, version)?;
+        Ok(buf.len())
     }
 }
 
@@ -87,15 +83,6 @@ fn put_unsigned_varint<B: ByteBufMut>(buf: &mut B, mut v: u32) {
         v >>= 7;
     }
     buf.put_u8(v as u8);
-}
-
-fn unsigned_varint_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 0x80 {
-        v >>= 7;
-        n += 1;
-    }
-    n
 }
 
 const MIN_VERSION: i16 = 0;
