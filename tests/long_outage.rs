@@ -4,7 +4,7 @@
 //! must publish exactly what the broker does not have: 0 duplicates AND 0
 //! missing, with suppression swallowing > 0 records.
 //!
-//! The input repeats timestamps (100 records per millisecond value), which
+//! The input repeats timestamps (128 records per millisecond value), which
 //! is what broke suppression by event time: at parallelism 2 (a subtask
 //! owning 3 partitions) the receipts had no usable horizon (2,500
 //! duplicates measured on the old code), at parallelism 6 records read
@@ -41,8 +41,10 @@ use clink_kafka::connector::{install, BuildContext, Operator, Registry, Sink, Te
 const BIN: &str = env!("CARGO_BIN_EXE_clink-kafka");
 const RECORDS: u64 = 60_000;
 const PARTITIONS: i32 = 6;
-/// Records sharing one timestamp value (a producer writes thousands per ms).
-const PER_MS: u64 = 100;
+/// Records sharing one timestamp value (a producer writes thousands per ms;
+/// not a divisor of a checkpoint interval's records per partition, so a
+/// barrier falls inside a millisecond).
+const PER_MS: u64 = 128;
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const MAX_RESTARTS: u32 = 3;
 
