@@ -116,6 +116,11 @@ fn batch(prefix: &str, n: usize) -> Vec<Text> {
     (0..n).map(|i| Text::from(format!("{prefix}-{i}"))).collect()
 }
 
+/// The texts with event times `first`, `first + 1`, ...
+fn timed(texts: Vec<Text>, first: i64) -> Vec<(Text, Option<i64>)> {
+    texts.into_iter().zip(first..).map(|(t, at)| (t, Some(at))).collect()
+}
+
 fn values(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -356,6 +361,7 @@ async fn close_aborts_the_open_tail_and_leaves_the_prepared_one_for_the_restored
                 records: 3,
                 handle: None,
                 horizon: None,
+                coverage: Default::default(),
             }
             .to_row(),
         );
@@ -557,6 +563,7 @@ async fn an_unreachable_broker_fails_open_and_is_never_a_verdict() {
         records: 3,
         handle: Some(handle),
         horizon: None,
+        coverage: Default::default(),
     }
     .to_row();
     sink.restore(&[row]).unwrap();
@@ -582,15 +589,19 @@ async fn receipts_confirm_commits_and_arm_replay_suppression() {
         sink.on_data(batch("one", 3)).await.unwrap();
         let rows1 = sink.on_barrier(1).await.unwrap();
         sink.on_commit(1).await.unwrap();
-        sink.on_data(batch("two", 3)).await.unwrap();
+        // The engine's event times (998, 999, 1000) and its watermark.
+        sink.on_timed_data(timed(batch("two", 3), 998)).await.unwrap();
         sink.on_watermark(1_000);
         sink.on_barrier(2).await.unwrap();
         sink.on_commit(2).await.unwrap();
         sink.close().await.unwrap();
 
         // Restoring checkpoint 1 (below the committed 2): 1 is receipted, no
-        // wire call; the receipt of 2 (horizon 1000) arms suppression, and
-        // records without an event time (the string channel's) pass through.
+        // wire call; the receipt of 2 (watermark horizon 1000) arms
+        // suppression: the replayed records with their event times are
+        // swallowed (at or below the watermark: nothing at or below it
+        // followed), a record without an event time (plain on_data) is
+        // passed through and counted, a record past the horizon is passed.
         let mut restored = f.sink(&[]);
         restored.restore(&rows1).unwrap();
         restored.open().await.unwrap();
@@ -598,8 +609,17 @@ async fn receipts_confirm_commits_and_arm_replay_suppression() {
         assert_eq!((st.resolved_by_receipt, st.resolved_over_the_wire), (1, 0), "{st:?}");
         assert!(st.replay_suppression_armed, "{st:?}");
         assert_eq!(st.suppression_horizon, Some(1_000), "{st:?}");
-        restored.on_data(batch("two", 3)).await.unwrap();
-        assert_eq!(restored.stats().suppression_passed_through, 3);
+        restored.on_timed_data(timed(batch("two", 3), 998)).await.unwrap();
+        restored.on_data(batch("untimed", 1)).await.unwrap();
+        restored.on_timed_data(timed(batch("three", 1), 1_001)).await.unwrap();
+        let st = restored.stats();
+        assert_eq!(
+            (st.records_suppressed, st.suppression_passed_through),
+            (3, 1),
+            "{st:?}"
+        );
+        restored.on_barrier(3).await.unwrap();
+        restored.on_commit(3).await.unwrap();
         restored.close().await.unwrap();
 
         // replay_suppression = false never arms.
@@ -610,7 +630,9 @@ async fn receipts_confirm_commits_and_arm_replay_suppression() {
         off.close().await.unwrap();
         let mut want = values("one", 3);
         want.extend(values("two", 3));
-        assert_eq!(f.committed(6).await, want, "{}", f.label());
+        want.extend(values("untimed", 1));
+        want.extend(values("three", 1));
+        assert_eq!(f.committed(8).await, want, "{}", f.label());
     }
 }
 

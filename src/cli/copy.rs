@@ -48,21 +48,24 @@
 //!   verdict (some subtasks' commits of `n` proven, receipted). Every
 //!   restore that is not a fresh start tells each sink its restore point
 //!   (`Sink::on_restore_point`): a sink with receipts above it arms replay
-//!   suppression with their watermark horizon and swallows (and counts)
-//!   the replayed records at or below it.
+//!   suppression from them and swallows (and counts) exactly the replayed
+//!   records they cover: each receipt keeps, per input partition, the
+//!   next offset after the last record its sink got before the barrier,
+//!   and a replayed record below it is published already.
 //!
-//! # Event time
+//! # Replay suppression and event time
 //!
-//! A record's event time is its Kafka timestamp. After each batch a
-//! subtask hands its sink its watermark: the lowest, across its owned
-//! partitions, of each partition's highest timestamp (none until every
-//! owned partition delivered a record). Each barrier stamps it on the
-//! checkpoint's receipt as the horizon. Suppression is exact when each
-//! partition's timestamps strictly increase; for other inputs run with
-//! `--replay-suppression false` (the replay then publishes the receipted
-//! subtasks' records again). `copy-done` reports `suppressed=` (records
-//! swallowed) and `unjudged=` (records an armed sink passed without a
-//! timestamp).
+//! Copy's sinks judge the replay by input position (the records carry
+//! their input partition and offset): exact for any number of partitions
+//! per subtask and any timestamps. A record's event time is its Kafka
+//! timestamp; after each batch a subtask still hands its sink a watermark
+//! (one below the lowest, across its owned partitions, of each
+//! partition's highest timestamp: a true watermark when each partition's
+//! timestamps never decrease), which the receipts keep as their horizon
+//! for records without a position. `copy-done` reports `suppressed=`
+//! (records swallowed), `unjudged=` (records an armed sink could not
+//! judge and passed) and `suppression-positions=` (input partitions the
+//! sinks armed positions for).
 //!
 //! Checkpoint ids only grow, so an orphan's id is never reused.
 //!
@@ -188,10 +191,10 @@ pub struct CopyArgs {
     #[arg(long, value_name = "RACK")]
     pub client_rack: Option<String>,
     /// The sinks' replay_suppression: after a fallback below commits a
-    /// subtask already made (receipted), swallow its replayed records at or
-    /// below the receipts' watermark horizon (event time = the record's
-    /// timestamp; exact when each partition's timestamps strictly
-    /// increase). false: the replay publishes them again.
+    /// subtask already made (receipted), swallow exactly its replayed
+    /// records those commits published (judged by input position: each
+    /// receipt keeps per input partition the offset its commit covered).
+    /// false: the replay publishes them again.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub replay_suppression: bool,
     /// The sinks' two_phase_commit: resume (a prepared transaction is
@@ -203,7 +206,9 @@ pub struct CopyArgs {
     /// InitProducerId v6, and the native backend).
     #[arg(long, value_name = "MODE", default_value = "resume", value_parser = ["resume", "kip939"])]
     pub two_phase_commit: String,
-    /// The sinks' transaction_timeout_ms (default 60000).
+    /// The sinks' transaction timeout (transaction.timeout.ms, default
+    /// 60000): the broker aborts a transaction left open or prepared longer
+    /// (unless --two-phase-commit kip939); tests of long outages.
     #[arg(long, value_name = "MS", hide = true)]
     pub transaction_timeout_ms: Option<u64>,
 }
@@ -470,11 +475,11 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             s.sink
                 .on_restore_point(point)
                 .with_context(|| format!("arming replay suppression at subtask {}", s.index))?;
-            if let Some(horizon) = s.sink.stats().and_then(|st| st.suppression_horizon) {
+            if let Some(st) = s.sink.stats().filter(|st| st.replay_suppression_armed) {
                 eprintln!(
-                    "copy: replay suppression armed at subtask {}: replayed records with a timestamp at or below \
-                     {horizon} are published already",
-                    s.index
+                    "copy: replay suppression armed at subtask {}: replayed records below the receipted input \
+                     positions of {} partition(s) are published already",
+                    s.index, st.suppression_positions
                 );
             }
         }
@@ -566,15 +571,19 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         s.sink.close_sink().await.context("closing the sink")?;
     }
     let last = last.unwrap_or_else(|| coordinator.markers().next_id() - 1);
-    let (suppressed, unjudged) = subtasks
+    let (suppressed, unjudged, positions) = subtasks
         .iter()
         .filter_map(|s| s.sink.stats())
-        .fold((0, 0), |(a, b), st| {
-            (a + st.records_suppressed, b + st.suppression_passed_through)
+        .fold((0, 0, 0), |(a, b, c), st| {
+            (
+                a + st.records_suppressed,
+                b + st.suppression_passed_through,
+                c + st.suppression_positions,
+            )
         });
     println!(
         "copy-done records={total} checkpoints={checkpoints} last-checkpoint={last} restored-from={} \
-         suppressed={suppressed} unjudged={unjudged}",
+         suppressed={suppressed} unjudged={unjudged} suppression-positions={positions}",
         restored.as_ref().map_or("none".to_owned(), |cp| cp.id.to_string())
     );
     eprintln!(
@@ -743,13 +752,13 @@ async fn restore(coordinator: &mut Coordinator, subtasks: &mut [Subtask]) -> any
 
 /// A subtask's event-time watermark, what `copy` hands its sink
 /// ([`Sink::on_watermark`]): each owned partition's highest record
-/// timestamp, the lowest across them. A partition that has delivered
-/// nothing yet holds it back (no watermark), so the watermark never
-/// claims a record of a partition it has not seen. It is a true watermark
-/// (nothing at or below it follows) when each partition's timestamps
-/// strictly increase: the watermark-monotone feed replay suppression is
-/// exact for (the spec's premise; otherwise run with
-/// `--replay-suppression false`).
+/// timestamp, the lowest across them, minus one. A partition that has
+/// delivered nothing yet holds it back (no watermark), so the watermark
+/// never claims a record of a partition it has not seen. It is a true
+/// watermark (nothing at or below it follows) when each partition's
+/// timestamps never decrease (a later record may share the highest
+/// timestamp: hence the minus one). Copy's suppression judges by input
+/// position; the watermark serves records without one.
 #[derive(Debug)]
 struct PartitionWatermarks {
     max: std::collections::BTreeMap<i32, Option<i64>>,
@@ -771,9 +780,10 @@ impl PartitionWatermarks {
     }
 
     fn current(&self) -> Option<i64> {
-        self.max.values().try_fold(None, |low: Option<i64>, max| {
+        let low = self.max.values().try_fold(None, |low: Option<i64>, max| {
             max.map(|m| Some(low.map_or(m, |l| l.min(m))))
-        })?
+        })??;
+        Some(low - 1)
     }
 }
 
@@ -882,11 +892,11 @@ mod tests {
         w.observe(&[msg(5, -1)]);
         assert_eq!(w.current(), None, "no timestamp, no event time");
         w.observe(&[msg(5, 25)]);
-        assert_eq!(w.current(), Some(25));
+        assert_eq!(w.current(), Some(24), "a later record may share 25");
         w.observe(&[msg(5, 40)]);
-        assert_eq!(w.current(), Some(30));
+        assert_eq!(w.current(), Some(29));
         w.observe(&[msg(1, 3)]);
-        assert_eq!(w.current(), Some(30), "a partition's maximum never goes back");
+        assert_eq!(w.current(), Some(29), "a partition's maximum never goes back");
         assert_eq!(PartitionWatermarks::new([]).current(), None);
     }
 

@@ -246,6 +246,19 @@ pub trait Sink: Send {
     /// Hands over one batch; records may be buffered until `flush` or the next barrier.
     fn on_data(&mut self, batch: Batch<Self::Item>) -> BoxFuture<'_, Result<()>>;
 
+    /// Hands over one batch whose records carry the engine's event times
+    /// (milliseconds since the epoch; `None`: none), which a sink with
+    /// replay suppression judges the replay by (see
+    /// [`suppression`](mod@suppression): a record swallowed by event time
+    /// is one strictly below the highest event time the receipted
+    /// transactions held, or at or below the receipted watermark; exact
+    /// for strictly increasing event times and for windowed emissions
+    /// under a watermark). The event time is not written into the record.
+    /// The default drops the times and calls [`Self::on_data`].
+    fn on_timed_data(&mut self, batch: Batch<(Self::Item, Option<i64>)>) -> BoxFuture<'_, Result<()>> {
+        self.on_data(batch.into_iter().map(|(record, _)| record).collect())
+    }
+
     /// Event time: the watermark `watermark` (milliseconds since the
     /// epoch) passed this sink; the engine promises no record at or below
     /// it follows (on the message channel a record's event time is its

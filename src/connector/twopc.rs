@@ -92,7 +92,10 @@ use super::format::ValueEncoder;
 use super::options::TwoPhaseCommitOptions;
 use super::record::{KafkaMessage, Text};
 use super::sink::open_encoder;
-use super::suppression::{event_time, Judgement, ReplaySuppression};
+use super::suppression::{
+    encode_list, event_time, parse_list, Coverage, CoverageTracker, CoverageWarning, InputPartition, Judgement,
+    ReplaySuppression, Receipted,
+};
 use super::{Batch, BoxFuture, CheckpointVerdict, DeliveryGuarantee, RestoreVerdict, Sink, SinkCapabilities, StateRow};
 use crate::client::{Admin, Cluster, Decision, Resolver, ResumeHandle, TransactionState, Verdict};
 use clink_kafka_wire::KafkaCode;
@@ -169,6 +172,9 @@ pub struct StagedCheckpoint {
     /// receipt the restore walk materialises takes it from here). `None`:
     /// no watermark had reached the sink.
     pub horizon: Option<i64>,
+    /// What the transaction (with the ones before it) covered: input
+    /// positions and event-time horizons (replay suppression).
+    pub coverage: Coverage,
 }
 
 impl StagedCheckpoint {
@@ -181,6 +187,12 @@ impl StagedCheckpoint {
         };
         if let Some(h) = self.horizon {
             state.push_str(&format!(";horizon={h}"));
+        }
+        if let Some(p) = &self.coverage.positions {
+            state.push_str(&format!(";positions={}", encode_list(p)));
+        }
+        if !self.coverage.event_max.is_empty() {
+            state.push_str(&format!(";event_max={}", encode_list(&self.coverage.event_max)));
         }
         StateRow {
             key: format!(
@@ -219,6 +231,7 @@ impl StagedCheckpoint {
             return Err(bad(format!("the value does not start with {STATE_VERSION:?}")));
         }
         let (mut checkpoint, mut records, mut state, mut handle, mut horizon) = (None, None, None, None, None);
+        let mut coverage = Coverage::default();
         for field in fields {
             let (k, v) = field
                 .split_once('=')
@@ -228,6 +241,8 @@ impl StagedCheckpoint {
                 "records" => records = Some(v.parse::<u64>().map_err(|_| bad(format!("records {v:?}")))?),
                 "state" => state = Some(v.to_owned()),
                 "horizon" => horizon = Some(v.parse::<i64>().map_err(|_| bad(format!("horizon {v:?}")))?),
+                "positions" => coverage.positions = Some(parse_list(v).map_err(|e| bad(format!("positions: {e}")))?),
+                "event_max" => coverage.event_max = parse_list(v).map_err(|e| bad(format!("event_max: {e}")))?,
                 "handle" => {
                     handle = Some(
                         v.parse::<ResumeHandle>()
@@ -263,6 +278,7 @@ impl StagedCheckpoint {
             records: records.ok_or_else(|| bad("no records= field".into()))?,
             handle,
             horizon,
+            coverage,
         }))
     }
 }
@@ -336,7 +352,10 @@ pub struct TwoPhaseCommitStats {
     /// Replayed records at or below the horizon, swallowed (published
     /// already by a receipted commit).
     pub records_suppressed: u64,
-    /// Records an armed suppression passed through (no event time to judge).
+    /// Input partitions it armed positions for (exact suppression by
+    /// input position; 0: by event time only).
+    pub suppression_positions: usize,
+    /// Records an armed suppression passed through (nothing to judge them by).
     pub suppression_passed_through: u64,
     /// Whether a watermark passed the horizon (suppression retired).
     pub suppression_retired: bool,
@@ -375,6 +394,10 @@ pub struct Receipt {
     pub handle: String,
     /// The newest watermark the sealing barrier saw (milliseconds since the epoch); `None` when none had reached the sink.
     pub horizon: Option<i64>,
+    /// What the committed transaction (with the ones before it) covered
+    /// (`positions=` / `event_max=` lines; a receipt written before they
+    /// existed has neither: positions unknown).
+    pub coverage: Coverage,
 }
 
 impl Receipt {
@@ -384,12 +407,19 @@ impl Receipt {
         if let Some(h) = self.horizon {
             text.push_str(&format!("horizon={h}\n"));
         }
+        if let Some(p) = &self.coverage.positions {
+            text.push_str(&format!("positions={}\n", encode_list(p)));
+        }
+        if !self.coverage.event_max.is_empty() {
+            text.push_str(&format!("event_max={}\n", encode_list(&self.coverage.event_max)));
+        }
         text
     }
 
     /// Parses a receipt's text; the error says what is wrong.
     pub fn parse(text: &str) -> std::result::Result<Receipt, String> {
         let (mut checkpoint, mut handle, mut horizon) = (None, None, None);
+        let (mut positions, mut event_max) = (None, None);
         for line in text.lines() {
             let (k, v) = line
                 .split_once('=')
@@ -421,6 +451,16 @@ impl Receipt {
                         return Err(dup(k));
                     }
                 }
+                "positions" => {
+                    if positions.replace(parse_list(v)?).is_some() {
+                        return Err(dup(k));
+                    }
+                }
+                "event_max" => {
+                    if event_max.replace(parse_list(v)?).is_some() {
+                        return Err(dup(k));
+                    }
+                }
                 other => {
                     return Err(format!(
                         "unknown field {:?}",
@@ -433,6 +473,10 @@ impl Receipt {
             checkpoint: checkpoint.ok_or("no checkpoint= line")?,
             handle: handle.ok_or("no handle= line")?,
             horizon,
+            coverage: Coverage {
+                positions,
+                event_max: event_max.unwrap_or_default(),
+            },
         })
     }
 }
@@ -447,6 +491,8 @@ pub struct PendingMarker {
     pub handle: ResumeHandle,
     /// The newest watermark its barrier saw (milliseconds since the epoch), if any.
     pub horizon: Option<i64>,
+    /// What its transaction covered (for the receipt a landed commit gets).
+    pub coverage: Coverage,
 }
 
 /// Parses marker `sub<K>-<checkpoint>.unresolved`: `Ok(None)` for a final
@@ -470,10 +516,22 @@ pub fn parse_unresolved_marker(checkpoint: u64, text: &str) -> std::result::Resu
         None | Some("none") => None,
         Some(h) => Some(h.parse::<i64>().map_err(|_| format!("horizon {h:?} is not a number"))?),
     };
+    let coverage = Coverage {
+        positions: field("positions=")
+            .map(parse_list)
+            .transpose()
+            .map_err(|e| format!("positions: {e}"))?,
+        event_max: field("event_max=")
+            .map(parse_list)
+            .transpose()
+            .map_err(|e| format!("event_max: {e}"))?
+            .unwrap_or_default(),
+    };
     Ok(Some(PendingMarker {
         checkpoint,
         handle,
         horizon,
+        coverage,
     }))
 }
 
@@ -526,11 +584,18 @@ impl ReceiptStore {
         std::fs::remove_file(&probe).map_err(|e| Self::io_error(&probe, e))
     }
 
-    fn write_receipt(&mut self, checkpoint: u64, handle: &ResumeHandle, horizon: Option<i64>) -> Result<()> {
+    fn write_receipt(
+        &mut self,
+        checkpoint: u64,
+        handle: &ResumeHandle,
+        horizon: Option<i64>,
+        coverage: &Coverage,
+    ) -> Result<()> {
         let receipt = Receipt {
             checkpoint,
             handle: handle.to_string(),
             horizon,
+            coverage: coverage.clone(),
         };
         match self.receipt_path(checkpoint) {
             Some(path) => Self::write_durably(&path, &receipt.to_text())?,
@@ -657,7 +722,7 @@ impl ReceiptStore {
             Some(h) => h.to_string(),
             None => "none (queued segment, never produced)".into(),
         };
-        let contents = format!(
+        let mut contents = format!(
             "checkpoint={}\nrecords={}\ntransactional_id={}\nhandle={handle}\nhorizon={}\nfinal={final_verdict}\nreason={}\n",
             orphan.checkpoint,
             orphan.records,
@@ -665,6 +730,12 @@ impl ReceiptStore {
             orphan.horizon.map_or("none".to_owned(), |h| h.to_string()),
             reason.replace('\n', " ")
         );
+        if let Some(p) = &orphan.coverage.positions {
+            contents.push_str(&format!("positions={}\n", encode_list(p)));
+        }
+        if !orphan.coverage.event_max.is_empty() {
+            contents.push_str(&format!("event_max={}\n", encode_list(&orphan.coverage.event_max)));
+        }
         Self::write_durably(&path, &contents)?;
         Ok(Some(path))
     }
@@ -684,6 +755,7 @@ struct Prepared {
     handle: ResumeHandle,
     /// The watermark its sealing barrier saw.
     horizon: Option<i64>,
+    coverage: Coverage,
 }
 
 /// Records sealed by a barrier while an earlier commit was outstanding.
@@ -692,6 +764,7 @@ struct Segment {
     checkpoint: u64,
     records: Vec<KafkaMessage>,
     horizon: Option<i64>,
+    coverage: Coverage,
 }
 
 /// The two-phase-commit Kafka sink.
@@ -721,6 +794,8 @@ pub struct TwoPhaseCommitSink<B: TransactionalProducerBackend = NativeTransactio
     watermark: Option<i64>,
     suppression: ReplaySuppression,
     suppression_warned: bool,
+    /// What this sink got in its life (staged at each barrier).
+    coverage: CoverageTracker,
     /// `format = avro|…`: rows encoded before they are sent (made at open).
     encoder: Option<ValueEncoder>,
     /// `delivered` (records in committed transactions) and
@@ -791,6 +866,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             watermark: None,
             suppression: ReplaySuppression::off(),
             suppression_warned: false,
+            coverage: CoverageTracker::new(),
             encoder: None,
         }
     }
@@ -950,16 +1026,17 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
 
     /// Arms replay suppression from this subtask's receipts above the
     /// restore point `point` (their commits are published; the replay
-    /// re-emits their records): the highest receipted horizon. Receipts
-    /// without a horizon (no watermark had reached the sink) cannot be
-    /// judged by event time: they are warned about and keep the
-    /// bounded-replay contract.
+    /// re-emits their records): by input position where the receipts
+    /// carry positions, by event time otherwise ([`super::suppression`]).
+    /// Receipts with nothing to judge by are warned about; their replay is
+    /// published again.
     fn arm_suppression(&mut self, point: u64) -> Result<()> {
         let newer = self.receipts.receipts_above(point)?;
+        self.suppression = ReplaySuppression::off();
+        self.stats.replay_suppression_armed = false;
+        self.stats.suppression_horizon = None;
+        self.stats.suppression_positions = 0;
         if newer.is_empty() {
-            self.suppression = ReplaySuppression::off();
-            self.stats.replay_suppression_armed = false;
-            self.stats.suppression_horizon = None;
             return Ok(());
         }
         let receipted: Vec<u64> = newer.iter().map(|r| r.checkpoint).collect();
@@ -972,20 +1049,35 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         }
         let blind: Vec<u64> = newer
             .iter()
-            .filter(|r| r.horizon.is_none())
+            .filter(|r| r.horizon.is_none() && r.coverage.positions.is_none() && r.coverage.event_max.is_empty())
             .map(|r| r.checkpoint)
             .collect();
         if !blind.is_empty() {
             tracing::warn!(transactional_id = %id, receipted = ?blind,
-                "receipts without a watermark horizon: their replayed records cannot be judged and are published \
-                 again (bounded replay)");
+                "receipts with neither input positions nor an event-time horizon: their replayed records cannot \
+                 be judged and are published again");
         }
-        self.suppression = ReplaySuppression::arm(newer.iter().filter_map(|r| r.horizon), self.watermark);
-        self.stats.suppression_horizon = self.suppression.armed();
-        self.stats.replay_suppression_armed = self.suppression.armed().is_some();
-        if let Some(horizon) = self.suppression.armed() {
-            tracing::warn!(transactional_id = %id, restore_point = point, receipted = ?receipted, horizon,
-                "replay suppression armed: replayed records at or below the receipted horizon are swallowed");
+        self.suppression = ReplaySuppression::arm(
+            newer.iter().map(|r| Receipted {
+                horizon: r.horizon,
+                coverage: &r.coverage,
+            }),
+            self.watermark,
+        );
+        self.stats.replay_suppression_armed = self.suppression.is_armed();
+        self.stats.suppression_horizon = self.suppression.horizon();
+        let positions = self.suppression.positions();
+        self.stats.suppression_positions = positions.len();
+        if self.suppression.is_armed() {
+            let shown: Vec<String> = positions
+                .iter()
+                .take(16)
+                .map(|(k, o)| format!("{}{}<{o}", if k.topic.is_empty() { String::new() } else { format!("{}/", k.topic) }, k.partition))
+                .collect();
+            tracing::warn!(transactional_id = %id, restore_point = point, receipted = ?receipted,
+                positions = ?shown, horizon = ?self.suppression.horizon(),
+                event_horizons = self.suppression.event_horizons().len(),
+                "replay suppression armed: replayed records the receipts cover are swallowed");
         }
         Ok(())
     }
@@ -1005,7 +1097,8 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         if self.suppression.handle_watermark(watermark) {
             self.stats.suppression_retired = true;
             tracing::info!(transactional_id = %self.transactional_id, watermark,
-                suppressed = self.suppression.swallowed(), "replay suppression retired: the watermark passed the horizon");
+                suppressed = self.suppression.swallowed(), "replay suppression retired: the watermark passed what \
+                the receipts cover");
         }
     }
 
@@ -1049,7 +1142,8 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                     tracing::info!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         "restored prepared transaction committed");
                     self.stats.resolved_over_the_wire += 1;
-                    self.receipts.write_receipt(staged.checkpoint, handle, staged.horizon)?;
+                    self.receipts
+                        .write_receipt(staged.checkpoint, handle, staged.horizon, &staged.coverage)?;
                     self.stats.receipts_written += 1;
                     self.receipts.retire_marker(staged.checkpoint);
                     self.record_verdict(staged, RestoreVerdict::Committed { by_receipt: false });
@@ -1107,6 +1201,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             checkpoint,
             handle,
             horizon,
+            coverage,
         } in &pending
         {
             let described = admin
@@ -1128,7 +1223,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             self.stats.markers_consumed += 1;
             if landed {
                 tracing::info!(checkpoint, handle = %handle, "a marked transaction's commit landed: receipted");
-                self.receipts.write_receipt(*checkpoint, handle, *horizon)?;
+                self.receipts.write_receipt(*checkpoint, handle, *horizon, coverage)?;
                 self.stats.receipts_written += 1;
                 self.stats.markers_found_committed += 1;
             } else {
@@ -1157,11 +1252,37 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     }
 
     /// Produces into the open tail, or buffers while a commit is outstanding.
-    pub async fn send_batch(&mut self, mut batch: Batch<KafkaMessage>) -> Result<()> {
+    /// Each record's input position (`partition`, `offset`) and event time
+    /// (its timestamp) feed replay suppression; all records are taken as
+    /// read from ONE input topic (several: [`Self::send_batch_from`]).
+    ///
+    /// Cancel safety: not cancel safe (a dropped call may have produced
+    /// part of the batch into the open transaction).
+    pub async fn send_batch(&mut self, batch: Batch<KafkaMessage>) -> Result<()> {
+        self.send_batch_from("", batch).await
+    }
+
+    /// [`Self::send_batch`] for records read from input topic `topic`:
+    /// replay suppression keys input positions by (topic, partition), so a
+    /// sink fed from several input topics must name each batch's.
+    ///
+    /// Cancel safety: as [`Self::send_batch`].
+    pub async fn send_batch_from(&mut self, topic: &str, batch: Batch<KafkaMessage>) -> Result<()> {
+        let timed = batch
+            .into_iter()
+            .map(|m| {
+                let t = event_time(m.timestamp);
+                (m, t)
+            })
+            .collect();
+        self.send_timed(topic, timed).await
+    }
+
+    /// Records with the event time suppression judges them by (`None`:
+    /// none), the record's own timestamp left as it is.
+    async fn send_timed(&mut self, topic: &str, batch: Vec<(KafkaMessage, Option<i64>)>) -> Result<()> {
         self.backend()?;
-        if self.suppression.armed().is_some() {
-            self.suppress(&mut batch);
-        }
+        let batch = self.judge(topic, batch);
         if self.prepared.is_some() {
             self.buffer.extend(batch);
             return Ok(());
@@ -1169,21 +1290,73 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         self.produce_into_open(batch).await
     }
 
-    /// Drops the records an armed suppression swallows; counts both kinds.
-    fn suppress(&mut self, batch: &mut Vec<KafkaMessage>) {
-        let suppression = &mut self.suppression;
-        batch.retain(|m| suppression.judge(event_time(m.timestamp)) != Judgement::Swallow);
-        self.stats.records_suppressed = self.suppression.swallowed();
+    /// Tracks every record's coverage; drops the records an armed
+    /// suppression swallows; counts both kinds.
+    fn judge(&mut self, topic: &str, batch: Vec<(KafkaMessage, Option<i64>)>) -> Vec<KafkaMessage> {
+        let mut key = InputPartition::new(topic, -1);
+        let mut out = Vec::with_capacity(batch.len());
+        for (m, t) in batch {
+            key.partition = m.partition.max(-1);
+            let offset = if m.partition >= 0 { m.offset.max(-1) } else { -1 };
+            if let Some(w) = self.coverage.observe(&key, offset, t) {
+                self.warn_coverage(w);
+            }
+            if self.suppression.is_armed() && self.suppression.judge(&key, offset, t) == Judgement::Swallow {
+                continue;
+            }
+            out.push(m);
+        }
+        if self.stats.replay_suppression_armed {
+            self.stats.records_suppressed = self.suppression.swallowed();
+            if !self.suppression.is_armed() && !self.stats.suppression_retired {
+                self.stats.suppression_retired = true;
+                tracing::info!(transactional_id = %self.transactional_id, suppressed = self.suppression.swallowed(),
+                    "replay suppression retired: every replayed record the receipts cover has passed");
+            }
+        }
         let unjudged = self.suppression.unjudged();
         if unjudged > self.stats.suppression_passed_through {
             self.stats.suppression_passed_through = unjudged;
             if !self.suppression_warned {
                 self.suppression_warned = true;
-                tracing::warn!(transactional_id = %self.transactional_id, horizon = ?self.suppression.armed(),
-                    "replay suppression is armed but a record carries no event time: passing it through (it may \
-                     be a duplicate; counted in suppression_passed_through)");
+                tracing::warn!(transactional_id = %self.transactional_id, horizon = ?self.suppression.horizon(),
+                    "replay suppression is armed but a record carries neither an input position nor an event time \
+                     it can be judged by: passing it through (it may be a duplicate; counted in \
+                     suppression_passed_through)");
             }
         }
+        out
+    }
+
+    fn warn_coverage(&self, warning: CoverageWarning) {
+        let id = &self.transactional_id;
+        match warning {
+            CoverageWarning::OffsetsOutOfOrder {
+                input,
+                offset,
+                position,
+            } => tracing::warn!(transactional_id = %id, topic = %input.topic, partition = input.partition, offset,
+                position, "input offsets went back in one (topic, partition): several input topics under one key \
+                (name them: send_batch_from) or a source that seeked; later receipts carry no input positions and \
+                their replay is published again"),
+            CoverageWarning::EventTimeDecreased {
+                input,
+                event_time,
+                last,
+            } => tracing::warn!(transactional_id = %id, topic = %input.topic, partition = input.partition,
+                event_time, last, "an event time decreased: replay suppression by event time cannot be exact for \
+                this partition; later receipts carry no event-time horizon for it (its replay is published again)"),
+            CoverageWarning::EventTimeRepeated { input, event_time } => tracing::warn!(transactional_id = %id,
+                topic = %input.topic, partition = input.partition, event_time, "an event time repeated: replay \
+                suppression by event time is exact only for strictly increasing event times; replayed records at \
+                the receipted horizon are published again (a duplicate, never a loss)"),
+        }
+    }
+
+    /// The watermark a barrier stages (none once an abort stopped the
+    /// coverage: the aborted records lie below it).
+    fn staged_watermark(&self) -> Option<i64> {
+        (!self.coverage.stopped()).then_some(self.watermark).flatten()
     }
 
     async fn produce_into_open(&mut self, batch: Vec<KafkaMessage>) -> Result<()> {
@@ -1289,7 +1462,8 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             self.queued.push_back(Segment {
                 checkpoint,
                 records,
-                horizon: self.watermark,
+                horizon: self.staged_watermark(),
+                coverage: self.coverage.coverage(),
             });
         } else {
             if let Err(e) = self.flush_open().await {
@@ -1312,7 +1486,8 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 checkpoint,
                 records,
                 handle,
-                horizon: self.watermark,
+                horizon: self.staged_watermark(),
+                coverage: self.coverage.coverage(),
             });
         }
         Ok(self.staged_rows())
@@ -1331,6 +1506,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                         records: p.records,
                         handle: Some(p.handle.clone()),
                         horizon: p.horizon,
+                        coverage: p.coverage.clone(),
                     }
                     .to_row(),
                 );
@@ -1345,6 +1521,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                         records: s.records.len() as u64,
                         handle: None,
                         horizon: s.horizon,
+                        coverage: s.coverage.clone(),
                     }
                     .to_row(),
                 );
@@ -1401,7 +1578,8 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             self.stats.records_committed += p.records;
             self.series.ok.increment(p.records);
             // Between the broker's acknowledgement and the next begin.
-            self.receipts.write_receipt(p.checkpoint, &p.handle, p.horizon)?;
+            self.receipts
+                .write_receipt(p.checkpoint, &p.handle, p.horizon, &p.coverage)?;
             self.stats.receipts_written += 1;
             tracing::debug!(checkpoint = p.checkpoint, records = p.records, "checkpoint committed");
         }
@@ -1423,6 +1601,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                     records: 0,
                     handle: self.identity().expect("open"),
                     horizon: segment.horizon,
+                    coverage: segment.coverage,
                 });
                 return Ok(());
             }
@@ -1434,6 +1613,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 records,
                 handle: self.identity().expect("open"),
                 horizon: segment.horizon,
+                coverage: segment.coverage,
             };
             if done {
                 self.commit_prepared(p).await?;
@@ -1451,6 +1631,14 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     pub async fn abort(&mut self, checkpoint: u64) -> Result<()> {
         self.backend()?;
         self.group_abort(checkpoint);
+        if !self.coverage.stopped() {
+            // The aborted interval lies below every later barrier, not
+            // committed: later receipts must not claim it.
+            self.coverage.stop();
+            tracing::info!(transactional_id = %self.transactional_id, checkpoint,
+                "an abort: later receipts of this sink carry no replay-suppression coverage (their replay is \
+                 published again)");
+        }
         if self.prepared.as_ref().is_none_or(|p| p.checkpoint > checkpoint) {
             return Ok(());
         }
@@ -1550,6 +1738,32 @@ impl<B: TransactionalProducerBackend> Sink for TwoPhaseCommitSink<B> {
     fn on_data(&mut self, batch: Batch<Text>) -> BoxFuture<'_, Result<()>> {
         let messages = texts(batch, self.encoder.as_ref(), &self.options.sink.topic);
         Box::pin(self.send_batch(messages))
+    }
+
+    /// Texts with the engine's event times: replay suppression judges them
+    /// by event time (the records' own timestamps stay unset).
+    fn on_timed_data(&mut self, batch: Batch<(Text, Option<i64>)>) -> BoxFuture<'_, Result<()>> {
+        // The event time rides in the timestamp through the encoder (which
+        // may refuse rows), then leaves it: the producer stamps the record.
+        let mut messages: Vec<KafkaMessage> = batch
+            .into_iter()
+            .map(|(t, time)| {
+                let mut m = KafkaMessage::new(t.into_bytes());
+                m.timestamp = time.filter(|t| *t >= 0).unwrap_or(-1);
+                m
+            })
+            .collect();
+        if let Some(e) = &self.encoder {
+            e.encode_messages(&self.options.sink.topic, &mut messages);
+        }
+        let timed = messages
+            .into_iter()
+            .map(|mut m| {
+                let t = event_time(std::mem::replace(&mut m.timestamp, -1));
+                (m, t)
+            })
+            .collect();
+        Box::pin(self.send_timed("", timed))
     }
 
     fn on_watermark(&mut self, watermark: i64) {
@@ -1774,6 +1988,10 @@ mod tests {
                 records: 20,
                 handle: Some(handle("tx/1;weird id")),
                 horizon: Some(1_700_000_000_123),
+                coverage: Coverage {
+                    positions: Some([(InputPartition::new("", 0), 5000), (InputPartition::new("in;x=1", 3), 7)].into()),
+                    event_max: [(InputPartition::new("", -1), 99)].into(),
+                },
             },
             StagedCheckpoint {
                 transactional_id: "tx-0".into(),
@@ -1781,6 +1999,7 @@ mod tests {
                 records: 3,
                 handle: None,
                 horizon: None,
+                coverage: Coverage::default(),
             },
         ] {
             let row = staged.to_row();
@@ -1813,6 +2032,14 @@ mod tests {
             (
                 "kafka_2pc/tx/1",
                 "clink-2pc-state/1;checkpoint=1;records=1;state=queued;horizon=later",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;positions=:0",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;event_max=:0:1,:0:2",
             ),
             ("kafka_2pc/tx/1", "clink-2pc-state/1;checkpoint=1;state=queued"),
             (
@@ -1847,8 +2074,12 @@ mod tests {
         };
         let h = handle("tx");
         assert!(!store.has_receipt(4, &h).unwrap());
-        store.write_receipt(4, &h, None).unwrap();
-        store.write_receipt(9, &h, Some(77)).unwrap();
+        store.write_receipt(4, &h, None, &Coverage::default()).unwrap();
+        let cov9 = Coverage {
+            positions: Some([(InputPartition::new("", 2), 40)].into()),
+            event_max: BTreeMap::new(),
+        };
+        store.write_receipt(9, &h, Some(77), &cov9).unwrap();
         assert!(dir.join("sub3-4").exists());
         assert!(store.has_receipt(4, &h).unwrap());
         let mut other = h.clone();
@@ -1863,12 +2094,14 @@ mod tests {
                 .collect()
         };
         assert_eq!(above(&store), vec![(9, Some(77))]);
+        assert_eq!(store.receipts_above(4).unwrap()[0].coverage, cov9);
         let staged = StagedCheckpoint {
             transactional_id: "tx".into(),
             checkpoint: 5,
             records: 1,
             handle: Some(h),
             horizon: Some(55),
+            coverage: cov9.clone(),
         };
         let marker = store
             .write_marker(&staged, "not committed: fenced", true)
@@ -1885,6 +2118,7 @@ mod tests {
                 checkpoint: 5,
                 handle: staged.handle.clone().unwrap(),
                 horizon: Some(55),
+                coverage: cov9.clone(),
             }]
         );
         assert!(store.check_writable().is_ok());
@@ -1906,6 +2140,7 @@ mod tests {
         for corrupt in [
             "garbage",
             "checkpoint=9\nhandle=x\nhorizon=soon\n",
+            "checkpoint=9\nhandle=x\npositions=:0:x\n",
             "checkpoint=8\nhandle=x\n",
         ] {
             std::fs::write(dir.join("sub3-9"), corrupt).unwrap();
@@ -1921,7 +2156,9 @@ mod tests {
             subtask: 0,
             memory: BTreeMap::new(),
         };
-        memory.write_receipt(2, &handle("tx"), None).unwrap();
+        memory
+            .write_receipt(2, &handle("tx"), None, &Coverage::default())
+            .unwrap();
         assert!(memory.has_receipt(2, &handle("tx")).unwrap());
         assert_eq!(memory.write_marker(&staged, "x", false).unwrap(), None);
     }
@@ -1965,47 +2202,56 @@ mod tests {
         (sink, script)
     }
 
-    /// The receipt carries the watermark its sealing barrier saw; a later
-    /// sink restored below it swallows the replay at or below that horizon,
-    /// passes a record without event time (counted), retires once a
-    /// watermark passes the horizon; with the option off nothing is
-    /// swallowed.
+    /// Read records: `(partition, offset)`, all with timestamp 7 (a
+    /// millisecond shared across the barrier).
+    fn read(at: &[(i32, i64)]) -> Vec<KafkaMessage> {
+        at.iter()
+            .map(|&(p, o)| {
+                let mut m = KafkaMessage::new(format!("p{p}o{o}"));
+                m.partition = p;
+                m.offset = o;
+                m.timestamp = 7;
+                m
+            })
+            .collect()
+    }
+
+    /// By input position: the receipt keeps each input partition's next
+    /// offset; the replay swallows exactly the records below it (whatever
+    /// their timestamps: the same millisecond on both sides of the
+    /// barrier here), passes the rest, and retires once every partition
+    /// is past its position; with the option off nothing is swallowed.
     #[tokio::test]
-    async fn replay_suppression_swallows_at_or_below_the_receipted_horizon() {
-        let dir = std::env::temp_dir().join(format!("clink-2pc-suppress-{}", std::process::id()));
+    async fn replay_suppression_by_input_position_is_exact() {
+        let dir = std::env::temp_dir().join(format!("clink-2pc-suppress-pos-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (mut first, _) = scripted_in(&dir, true);
         first.open_sink().await.unwrap();
-        first.send_batch(stamped(&[90, 100])).await.unwrap();
-        Sink::on_watermark(&mut first, 100);
-        Sink::on_watermark(&mut first, 40);
+        first.send_batch(read(&[(0, 10), (1, 3), (0, 11)])).await.unwrap();
         let rows = first.barrier(1).await.unwrap();
-        assert_eq!(
-            StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap().horizon,
-            Some(100)
-        );
+        let staged = StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap();
+        let want: BTreeMap<_, _> = [(InputPartition::new("", 0), 12), (InputPartition::new("", 1), 4)].into();
+        assert_eq!(staged.coverage.positions.as_ref(), Some(&want));
         first.commit(1).await.unwrap();
         let receipt = std::fs::read_to_string(dir.join("sub0-1")).unwrap();
-        assert!(receipt.contains("horizon=100\n"), "{receipt}");
+        assert!(receipt.contains("positions=:0:12,:1:4\n"), "{receipt}");
+        // Read after the barrier, never committed (the crash).
+        first.send_batch(read(&[(0, 12), (1, 4)])).await.unwrap();
 
         let (mut replay, script) = scripted_in(&dir, true);
         replay.open_sink().await.unwrap();
         Sink::on_restore_point(&mut replay, Some(1)).unwrap();
         assert!(!replay.stats().replay_suppression_armed, "nothing receipted above 1");
         Sink::on_restore_point(&mut replay, None).unwrap();
-        assert_eq!(replay.stats().suppression_horizon, Some(100));
+        let st = replay.stats();
+        assert!(st.replay_suppression_armed, "{st:?}");
+        assert_eq!(st.suppression_positions, 2);
         calls(&script);
-        replay.send_batch(stamped(&[95, 100, -1, 101])).await.unwrap();
-        assert_eq!(calls(&script), ["begin", "send:t-1", "send:t101"]);
-        Sink::on_watermark(&mut replay, 100);
-        replay.send_batch(stamped(&[99])).await.unwrap();
-        assert!(
-            calls(&script).is_empty(),
-            "at the horizon the watermark has not passed it"
-        );
-        Sink::on_watermark(&mut replay, 101);
-        replay.send_batch(stamped(&[50])).await.unwrap();
-        assert_eq!(calls(&script), ["send:t50"], "retired: nothing is judged");
+        replay.send_batch(read(&[(0, 10), (0, 11), (0, 12)])).await.unwrap();
+        assert_eq!(calls(&script), ["begin", "send:p0o12"]);
+        assert!(!replay.stats().suppression_retired, "partition 1 has not reached its position");
+        replay.send_batch(read(&[(1, 3), (1, 4)])).await.unwrap();
+        assert_eq!(calls(&script), ["send:p1o4"]);
         let st = replay.stats();
         assert_eq!(
             (
@@ -2013,16 +2259,78 @@ mod tests {
                 st.suppression_passed_through,
                 st.suppression_retired
             ),
-            (3, 1, true)
+            (3, 0, true)
         );
+        replay.send_batch(read(&[(1, 0)])).await.unwrap();
+        assert_eq!(calls(&script), ["send:p1o0"], "retired: nothing is judged");
 
         let (mut off, script) = scripted_in(&dir, false);
         off.open_sink().await.unwrap();
         Sink::on_restore_point(&mut off, Some(0)).unwrap();
         calls(&script);
-        off.send_batch(stamped(&[95])).await.unwrap();
-        assert_eq!(calls(&script), ["begin", "send:t95"]);
+        off.send_batch(read(&[(0, 10)])).await.unwrap();
+        assert_eq!(calls(&script), ["begin", "send:p0o10"]);
         assert_eq!(off.stats().records_suppressed, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// By event time through the `Sink` trait's timed channel: strictly
+    /// below the highest event time the receipted transaction held (a
+    /// record at it may have been read after the barrier: published
+    /// again, never lost), at or below the receipted watermark (the
+    /// promise: nothing at or below it followed), an untimed record passed
+    /// and counted; retired once a watermark passes what is left.
+    #[tokio::test]
+    async fn replay_suppression_by_event_time_never_swallows_at_the_horizon() {
+        let dir = std::env::temp_dir().join(format!("clink-2pc-suppress-time-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let timed = |v: &[(&'static str, Option<i64>)]| -> Vec<(Text, Option<i64>)> {
+            v.iter().map(|(t, time)| (Text::from(*t), *time)).collect()
+        };
+        let (mut first, _) = scripted_in(&dir, true);
+        first.open_sink().await.unwrap();
+        Sink::on_timed_data(&mut first, timed(&[("a", Some(10)), ("b", Some(20)), ("c", Some(20))]))
+            .await
+            .unwrap();
+        Sink::on_watermark(&mut first, 15);
+        first.barrier(1).await.unwrap();
+        first.commit(1).await.unwrap();
+        let receipt = std::fs::read_to_string(dir.join("sub0-1")).unwrap();
+        assert!(receipt.contains("event_max=:-1:20\n") && receipt.contains("horizon=15\n"), "{receipt}");
+
+        let (mut replay, script) = scripted_in(&dir, true);
+        replay.open_sink().await.unwrap();
+        Sink::on_restore_point(&mut replay, None).unwrap();
+        assert!(replay.stats().replay_suppression_armed);
+        assert_eq!(replay.stats().suppression_horizon, Some(15));
+        calls(&script);
+        Sink::on_timed_data(
+            &mut replay,
+            timed(&[("a", Some(10)), ("b", Some(20)), ("c", Some(20)), ("d", Some(20)), ("n", None)]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            calls(&script),
+            ["begin", "send:b", "send:c", "send:d", "send:n"],
+            "only below 20 is swallowed"
+        );
+        Sink::on_watermark(&mut replay, 20);
+        let st = replay.stats();
+        assert_eq!(
+            (
+                st.records_suppressed,
+                st.suppression_passed_through,
+                st.suppression_retired
+            ),
+            (1, 1, true)
+        );
+        // Without times (plain on_data) an armed sink cannot judge.
+        let (mut untimed, _) = scripted_in(&dir, true);
+        untimed.open_sink().await.unwrap();
+        Sink::on_restore_point(&mut untimed, None).unwrap();
+        Sink::on_data(&mut untimed, vec![Text::from("a")]).await.unwrap();
+        assert_eq!(untimed.stats().suppression_passed_through, 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -2032,10 +2340,15 @@ mod tests {
             checkpoint: 3,
             handle: handle("tx").to_string(),
             horizon: Some(-5),
+            coverage: Coverage {
+                positions: Some([(InputPartition::new("t", 1), 9)].into()),
+                event_max: [(InputPartition::new("", -1), 4)].into(),
+            },
         };
         assert_eq!(Receipt::parse(&r.to_text()).unwrap(), r);
         let old = Receipt {
             horizon: None,
+            coverage: Coverage::default(),
             ..r.clone()
         };
         assert_eq!(
@@ -2049,6 +2362,8 @@ mod tests {
             ("checkpoint=1\ncheckpoint=1\nhandle=x\n", "twice"),
             ("checkpoint=x\nhandle=x\n", "not a number"),
             ("checkpoint=1\nhandle=x\nwho=me\n", "unknown"),
+            ("checkpoint=1\nhandle=x\npositions=\npositions=\n", "twice"),
+            ("checkpoint=1\nhandle=x\nevent_max=:1\n", "topic:partition:value"),
             ("nonsense", "key=value"),
         ] {
             let e = Receipt::parse(bad).unwrap_err();
@@ -2059,5 +2374,11 @@ mod tests {
         assert!(parse_unresolved_marker(5, &marker).is_err());
         assert_eq!(parse_unresolved_marker(4, "checkpoint=4\nfinal=true\n").unwrap(), None);
         assert!(parse_unresolved_marker(4, &marker.replace("none", "x")).is_err());
+        let positioned = format!("{marker}positions=:3:17\n");
+        assert_eq!(
+            parse_unresolved_marker(4, &positioned).unwrap().unwrap().coverage.positions,
+            Some([(InputPartition::new("", 3), 17)].into())
+        );
+        assert!(parse_unresolved_marker(4, &format!("{marker}positions=:3\n")).is_err());
     }
 }
