@@ -356,6 +356,7 @@ async fn close_aborts_the_open_tail_and_leaves_the_prepared_one_for_the_restored
                 records: 3,
                 handle: None,
                 horizon: None,
+                written: Vec::new(),
             }
             .to_row(),
         );
@@ -557,6 +558,7 @@ async fn an_unreachable_broker_fails_open_and_is_never_a_verdict() {
         records: 3,
         handle: Some(handle),
         horizon: None,
+        written: Vec::new(),
     }
     .to_row();
     sink.restore(&[row]).unwrap();
