@@ -23,7 +23,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
-    Cluster, NewTopic, Producer, ProducerConfig, ProducerRecord, TransactionalProducer, TxnConfig,
+    Cluster, NewTopic, PartitionOffset, Producer, ProducerConfig, ProducerRecord, TransactionalProducer, TxnConfig,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_clink-kafka");
@@ -295,4 +295,127 @@ async fn a_fenced_commit_in_a_mixed_verdict_is_proven_from_the_log_tv2() {
 async fn a_fenced_commit_in_a_mixed_verdict_is_proven_from_the_log_tv1() {
     let Some(brokers) = common::tv1_brokers() else { return };
     committed_then_fenced(&brokers, "p3-tv1", 3, "after-end-txn:2@1", &[1, 2], PARALLEL).await;
+}
+
+/// One transaction of `records` records over partitions 0 and 1 of
+/// `topic`: its handle and each partition's first offset.
+async fn one_transaction<'a>(
+    producer: &'a mut TransactionalProducer,
+    topic: &str,
+    records: usize,
+) -> (
+    clink_kafka::client::Transaction<'a>,
+    clink_kafka::client::ResumeHandle,
+    Vec<PartitionOffset>,
+) {
+    let txn = producer.begin().await.expect("begin");
+    let handle = txn.identity();
+    let mut futures = Vec::new();
+    for i in 0..records {
+        let record = ProducerRecord::new(topic, format!("v{i}")).with_partition((i % 2) as i32);
+        futures.push(txn.send(record).await.expect("send"));
+    }
+    let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+    for f in futures {
+        let d = f.await.expect("delivery");
+        let e = first.entry(d.partition).or_insert(d.offset);
+        *e = (*e).min(d.offset);
+    }
+    let written = first.into_iter().map(|(p, o)| PartitionOffset::new(p, o)).collect();
+    (txn, handle, written)
+}
+
+/// The log proof on its own, against the real brokers (both protocols):
+/// a committed then fenced transaction is proven committed (the COMMIT
+/// marker's epoch is the one the protocol writes: the transaction's under
+/// version 1, one above under version 2), an aborted one aborted; an open
+/// transaction, a first offset past the log's end or another
+/// transaction's records prove nothing (undecided, within the bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_proves_commits_and_aborts_and_nothing_else() {
+    use clink_kafka::client::{prove_from_log, CommitProof, Decision, LogProof, LogProofLimits, Resolver, Verdict};
+    let pairs = common::transaction_brokers();
+    assert!(!pairs.is_empty() || std::env::var("CI").as_deref() != Ok("true"));
+    for (brokers, version) in pairs {
+        let started = Instant::now();
+        let config = common::config(&brokers);
+        let cluster = common::cluster(config.clone()).await;
+        let topic = common::unique_topic("proof-unit");
+        common::create_topic(&cluster, NewTopic::new(&topic, 2, 1)).await;
+        let txn_id = common::unique_topic("proof-unit-txn");
+        let limits = LogProofLimits {
+            timeout: Duration::from_secs(3),
+            ..LogProofLimits::default()
+        };
+        let mut producer =
+            TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(&txn_id))
+                .await
+                .expect("init");
+        let (txn, committed, committed_at) = one_transaction(&mut producer, &topic, 10).await;
+        txn.commit().await.expect("commit");
+        let (txn, aborted, aborted_at) = one_transaction(&mut producer, &topic, 6).await;
+        txn.abort().await.expect("abort");
+        drop(producer);
+        fence(&cluster, &txn_id).await;
+
+        let proof = prove_from_log(&config, &committed, &topic, &committed_at, limits).await;
+        assert!(
+            matches!(proof, LogProof::Committed { .. }),
+            "{brokers} ({version:?}): {proof:?}"
+        );
+        // Through the resolver: the coordinator says fenced, the log overturns it.
+        let resolver = Resolver::new(config.clone());
+        assert!(
+            !resolver.resolve(&committed, Decision::Commit).await.is_committed(),
+            "{brokers}: the coordinator no longer knows the fenced commit"
+        );
+        let v = resolver
+            .resolve_proven(&committed, Decision::Commit, Some((&topic, &committed_at)))
+            .await;
+        assert!(
+            matches!(
+                v,
+                Verdict::Committed {
+                    proof: CommitProof::LogMarker { .. }
+                }
+            ),
+            "{brokers} ({version:?}): {v}"
+        );
+        let proof = prove_from_log(&config, &aborted, &topic, &aborted_at, limits).await;
+        assert!(
+            matches!(proof, LogProof::Aborted { .. }),
+            "{brokers} ({version:?}): {proof:?}"
+        );
+        let v = resolver
+            .resolve_proven(&aborted, Decision::Commit, Some((&topic, &aborted_at)))
+            .await;
+        assert!(
+            matches!(v, Verdict::NotCommitted { .. }),
+            "{brokers} ({version:?}): {v}"
+        );
+
+        // Past the log's end.
+        let past = [PartitionOffset::new(0, 1_000_000)];
+        let proof = prove_from_log(&config, &committed, &topic, &past, limits).await;
+        assert!(matches!(proof, LogProof::Undecided { .. }), "{brokers}: {proof:?}");
+        // Still open: nothing to prove within the bound; the resolver holds.
+        let mut producer =
+            TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(&txn_id))
+                .await
+                .expect("init");
+        let (txn, open, open_at) = one_transaction(&mut producer, &topic, 4).await;
+        let waited = Instant::now();
+        let proof = prove_from_log(&config, &open, &topic, &open_at, limits).await;
+        assert!(matches!(proof, LogProof::Undecided { .. }), "{brokers}: {proof:?}");
+        assert!(
+            waited.elapsed() < limits.timeout + Duration::from_secs(2),
+            "bounded: {:?}",
+            waited.elapsed()
+        );
+        txn.abort().await.expect("abort");
+        eprintln!(
+            "{brokers} ({version:?}): log proofs checked in {:.1?}",
+            started.elapsed()
+        );
+    }
 }

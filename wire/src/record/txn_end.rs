@@ -21,6 +21,11 @@
 //!   up to the high watermark (a read_committed consumer would deliver such
 //!   records: calling them "not committed" could publish them twice).
 //!
+//! The batch at `first` must be the transaction's (transactional, its
+//! producer id and epoch). Under transaction.version 1 one producer's
+//! consecutive transactions share the epoch, so `first` must come from the
+//! transaction's own delivery reports: that offset is what names it.
+//!
 //! While the last stable offset has not passed `first` and nothing decided,
 //! the answer is [`ScanStep::More`]: read again from its offset (the marker
 //! may not be written yet). [`TxnEndScan`] keeps only offsets between
