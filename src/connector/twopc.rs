@@ -31,8 +31,20 @@
 //! and would abort it): a receipt for it means committed with no wire
 //! call; otherwise [`Resolver::resolve`] (FindCoordinator + EndTxn commit
 //! with the handle's identity, over the sink's own connection settings).
-//! `Committed` writes the missing receipt. `NotCommitted` (fenced, timed
-//! out, …) is a loss from Kafka's view: an error is logged, an
+//! `Committed` writes the missing receipt. A NotCommitted answer only
+//! says the coordinator no longer knows the transaction (a fence or the
+//! transaction timeout overwrote it, perhaps after its commit landed:
+//! "committed, then fenced"), so it is checked against the log first
+//! ([`Resolver::resolve_proven`]): the staged row carries each output
+//! partition's first offset of the transaction (`written=`, from the
+//! delivery reports), and the transaction's COMMIT marker there makes it
+//! `Committed` (receipt materialised, counted in
+//! [`TwoPhaseCommitStats::resolved_from_log`]); its ABORT marker confirms
+//! the answer; a log that proves neither is held like `Unreachable` (never
+//! guessed: replaying could publish twice, dropping could lose). A row
+//! staged without `written=` keeps the coordinator's answer.
+//! `NotCommitted` (fenced, timed out, …; confirmed by the log) is a loss
+//! from Kafka's view: an error is logged, an
 //! unresolved-orphan marker `sub<K>-<N>.unresolved` is written and the
 //! orphan is listed in [`TwoPhaseCommitSink::orphans`]; the sink then opens
 //! (the verdict is final, refusing would not bring the records back).
