@@ -39,23 +39,14 @@ struct Run {
     stderr: String,
 }
 
-fn run_copy(
-    brokers: &str,
-    extra: &[String],
-    from: &str,
-    to: &str,
-    state: &Path,
-    txn_id: &str,
-    fault: Option<&str>,
-    log: &Path,
-) -> Run {
+/// `args`: `--brokers` and the job's other options.
+fn run_copy(args: &[String], from: &str, to: &str, state: &Path, txn_id: &str, fault: Option<&str>, log: &Path) -> Run {
     let out_path = log.with_extension("out");
     let err_path = log.with_extension("err");
     let mut cmd = Command::new(BIN);
     cmd.arg("copy")
         .args(["--backend", common::connector::backend()])
-        .args(["--brokers", brokers])
-        .args(extra)
+        .args(args)
         .args(["--from", from, "--to", to])
         .arg("--state-dir")
         .arg(state)
@@ -173,19 +164,17 @@ async fn committed_then_fenced(brokers: &str, tag: &str, parallelism: u32, fault
     let state = work.join("state");
     std::fs::create_dir_all(&work).unwrap();
     let txn_id = format!("{out}-txn");
-    let extra: Vec<String> = ["--parallelism", &parallelism.to_string(), "--max-batch-records", "100"]
-        .map(str::to_owned)
-        .to_vec();
-    let run = run_copy(
+    let extra: Vec<String> = [
+        "--brokers",
         brokers,
-        &extra,
-        &input,
-        &out,
-        &state,
-        &txn_id,
-        Some(fault),
-        &work.join("run-1"),
-    );
+        "--parallelism",
+        &parallelism.to_string(),
+        "--max-batch-records",
+        "100",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let run = run_copy(&extra, &input, &out, &state, &txn_id, Some(fault), &work.join("run-1"));
     assert!(
         run.status.signal() == Some(9) && run.stderr.contains("copy: fault after-end-txn:"),
         "{tag}: expected death by SIGKILL at {fault}, got {:?}; stderr:\n{}",
@@ -200,16 +189,7 @@ async fn committed_then_fenced(brokers: &str, tag: &str, parallelism: u32, fault
         }
     }
     let restarted = Instant::now();
-    let run = run_copy(
-        brokers,
-        &extra,
-        &input,
-        &out,
-        &state,
-        &txn_id,
-        None,
-        &work.join("run-2"),
-    );
+    let run = run_copy(&extra, &input, &out, &state, &txn_id, None, &work.join("run-2"));
     assert!(
         run.status.success(),
         "{tag}: the restart failed: {:?}\n{}",
