@@ -511,6 +511,8 @@ async fn an_expired_prepared_transaction_is_an_unresolved_orphan() {
         let o = &orphans[0];
         assert_eq!((o.checkpoint, o.records), (1, 30));
         assert!(o.reason.contains("not committed"), "{}", o.reason);
+        // The coordinator's answer is confirmed by the log: its ABORT marker.
+        assert!(o.reason.contains("ABORT marker"), "{}", o.reason);
         let marker = o.marker.clone().expect("a marker under receipt_dir");
         assert_eq!(marker, f.receipts.join("sub0-1.unresolved"));
         let text = std::fs::read_to_string(&marker).unwrap();
