@@ -85,7 +85,7 @@
 //! | `after-barrier` | `n` prepared in Kafka (for the subtasks up to this one), no state file | `n` never happened: restore from `n-1`; the inits abort the prepared transactions; replay |
 //! | `after-state-written` | `chk-n.state`, no COMPLETED-n | same as `after-barrier` |
 //! | `after-completed` | COMPLETED-n, no commit sent | restore `n` unconfirmed: the resolvers commit it over the wire, CONFIRMED-n |
-//! | `after-end-txn` | a subtask's EndTxn acknowledged, no receipt (inside the sink) | restore `n` unconfirmed: that subtask's EndTxn again reads fenced, DescribeTransactions proves the commit, receipt materialised; later subtasks committed over the wire; CONFIRMED-n |
+//! | `after-end-txn` | a subtask's EndTxn acknowledged, no receipt (inside the sink) | restore `n` unconfirmed: that subtask's EndTxn again reads fenced, DescribeTransactions proves the commit (or, the id fenced meanwhile, its COMMIT marker in the log), receipt materialised; later subtasks committed over the wire; CONFIRMED-n |
 //! | `after-commit` | a subtask's receipt written, no CONFIRMED-n | restore `n` unconfirmed: the receipts prove the commits up to this subtask, the rest resolved over the wire, CONFIRMED-n |
 //! | `after-confirmed` | CONFIRMED-n | restore from the confirmed `n` |
 //! | `after-resolve` | at a restore of an unconfirmed `n`: a subtask's resolver committed, no receipt yet | restore `n` unconfirmed again: resolved over the wire again |
@@ -848,11 +848,14 @@ async fn checkpoint(coordinator: &mut Coordinator, subtasks: &mut [Subtask], rec
     fault_point!(AfterStateWritten, None);
     coordinator.mark_completed()?;
     fault_point!(AfterCompleted, None);
-    // The commits stay one after the other: the restore's verdicts tell
-    // "committed, then fenced" from "fenced before its commit" only by the
-    // commit's receipt, and a crash between two commits must leave the later
-    // subtasks' transactions open (tests/exactly_once.rs's fenced and mixed
-    // scenarios). An EndTxn is a few milliseconds on a healthy cluster.
+    // The commits stay one after the other: a crash between two commits
+    // leaves the later subtasks' transactions open, and the restore's walk
+    // settles each (tests/exactly_once.rs's fenced and mixed scenarios).
+    // "Committed, then fenced" (no receipt, the coordinator forgot the
+    // commit) is told from "fenced before its commit" by the transaction's
+    // COMMIT marker in the output log (Resolver::resolve_proven,
+    // tests/commit_proof.rs). An EndTxn is a few milliseconds on a healthy
+    // cluster.
     for s in subtasks.iter_mut() {
         s.sink
             .commit(id)
