@@ -90,10 +90,9 @@
 //!
 //! For the checkpoint points, k counts checkpoints this process took.
 
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::task::Poll;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -107,6 +106,8 @@ use clink_kafka::connector::{
     selected, ConnectorError, KafkaMessage, KafkaSink, KafkaSource, ResumeRow, Sink, Source, StateRow,
     TwoPhaseCommitSink,
 };
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::{JoinError, JoinSet};
 
 use super::{thousands, ConnectArgs};
 
@@ -414,9 +415,9 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         source_options.subtask_index = index;
         source_options.source_parallelism = args.parallelism;
         if args.parallelism > 1 {
-            // Every poll round waits for each subtask's produce: an idle
-            // source (no partition, or drained) must not hold the busy ones
-            // back for the default 100 ms.
+            // A due checkpoint waits for each subtask's batch or empty poll
+            // of the interval: a drained source (or one without partitions)
+            // says so after 10 ms, not the default 100.
             source_options.poll_timeout = Duration::from_millis(10);
         }
         if let Some(n) = args.max_batch_records {
@@ -483,63 +484,90 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     );
 
     let until_idle = Duration::from_millis(args.until_idle_ms);
+    let shared = Arc::new(Shared::new(subtasks.len()));
+    let mut tasks = Tasks::spawn(subtasks, &shared);
     let mut last_record = Instant::now();
     let mut last_checkpoint = Instant::now();
-    let mut since_checkpoint = 0u64;
+    // Records the subtasks sent to their sinks in this process: seen by the
+    // driver so far, and inside this process's checkpoints.
+    let mut seen = 0u64;
+    let mut checkpointed = 0u64;
+    let mut due_since: Option<Instant> = None;
     let mut checkpoints = 0u64;
     let mut last = None;
     let mut progress = super::progress::Progress::new("copy");
     loop {
-        let mut emitted = 0usize;
-        let polled = produce_all(&mut subtasks).await;
-        for (s, (produced, batches)) in subtasks.iter_mut().zip(polled) {
-            emitted += produced.context("reading the source")?;
-            for batch in batches {
-                if batch.is_empty() {
-                    continue;
-                }
-                s.watermarks.observe(&batch);
-                s.sink.send_batch(batch).await.context("writing to the sink")?;
-                if let Some(w) = s.watermarks.current() {
-                    s.sink.on_watermark(w);
-                }
-                fault_point!(MidBatch, Some(s.index));
-            }
-        }
-        if emitted > 0 {
+        let sent = shared.records.load(Ordering::Acquire);
+        if sent != seen {
+            seen = sent;
             last_record = Instant::now();
-            since_checkpoint += emitted as u64;
         }
+        let since_checkpoint = sent - checkpointed;
         progress.update(total + since_checkpoint, || None);
         let idle = last_record.elapsed() >= until_idle;
         let reached = args.expected.is_some_and(|e| total + since_checkpoint >= e);
-        let due = match trigger {
-            Trigger::Records(n) => since_checkpoint >= n,
-            Trigger::Interval(d) => last_checkpoint.elapsed() >= d,
-        };
-        if since_checkpoint > 0 && (due || idle || reached) {
-            let records = total + since_checkpoint;
-            let id = checkpoint(&mut coordinator, &mut subtasks, records).await?;
-            total = records;
-            since_checkpoint = 0;
-            checkpoints += 1;
-            last = Some(id);
-            last_checkpoint = Instant::now();
-            progress.finish();
-            eprintln!("copy: checkpoint {id} confirmed: {} records copied", thousands(total));
-            continue;
-        }
-        if since_checkpoint == 0 {
+        if reached || idle {
+            // The end: every subtask stops polling (between batches), then
+            // one last checkpoint takes whatever they sent since the last.
+            let left = tasks.stop().await?;
+            if left > 0 {
+                progress.finish();
+                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total).await?;
+                total += counted;
+                checkpoints += 1;
+                last = Some(id);
+                eprintln!("copy: checkpoint {id} confirmed: {} records copied", thousands(total));
+            }
             if let Some(e) = args.expected {
                 if total > e {
                     bail!("copied {total} records, more than --expected {e}");
                 }
             }
-            if reached || idle {
-                break;
+            break;
+        }
+        let due = since_checkpoint > 0
+            && match trigger {
+                Trigger::Records(n) => since_checkpoint >= n,
+                Trigger::Interval(d) => last_checkpoint.elapsed() >= d,
+            };
+        if due {
+            // A due checkpoint waits (at most READY_WAIT) until every
+            // subtask sent records in this interval or polled nothing: a
+            // subtask whose fetch is a moment late still has its records in
+            // the checkpoint (its sink-side fault points need a transaction
+            // in every checkpoint while it has records left).
+            let since = *due_since.get_or_insert_with(Instant::now);
+            if shared.all_ready() || since.elapsed() >= READY_WAIT {
+                due_since = None;
+                progress.finish();
+                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total).await?;
+                checkpointed += counted;
+                total += counted;
+                checkpoints += 1;
+                last = Some(id);
+                last_checkpoint = Instant::now();
+                eprintln!("copy: checkpoint {id} confirmed: {} records copied", thousands(total));
+                continue;
             }
         }
+        // Until a batch is sent or an empty poll reported, a deadline
+        // passes, or a subtask's task ends (an error or a panic: the job
+        // ends with it).
+        let mut wake = last_record + until_idle;
+        if let (Trigger::Interval(d), true) = (trigger, since_checkpoint > 0) {
+            wake = wake.min(last_checkpoint + d);
+        }
+        if let Some(t) = due_since {
+            wake = wake.min(t + READY_WAIT);
+        }
+        tokio::select! {
+            biased;
+            ended = tasks.set.join_next_with_id() => return Err(tasks.failure(ended)),
+            () = shared.notify.notified() => {}
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+        }
     }
+    let mut subtasks = tasks.close().await?;
     progress.finish();
     for s in &mut subtasks {
         s.source.close().await.context("closing the source")?;
@@ -572,36 +600,6 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         }
         _ => Ok(super::exit::OK),
     }
-}
-
-type Polled = (clink_kafka::connector::Result<usize>, Vec<Vec<KafkaMessage>>);
-
-/// One `produce` of every subtask's source, concurrently (an idle source
-/// waits its poll timeout; the others' batches do not wait behind it).
-/// Results in subtask order.
-///
-/// Every round waits for every subtask, so a round is as slow as its
-/// slowest source (parallelism 4 copied 1M records in 4.8 s of wall time for
-/// 1.1 s of CPU; parallelism 1: 0.9 s). Ending the round at the first
-/// subtask with records and dropping the other calls (cancel safe) made it
-/// 0.86 s, but starved a subtask whose partial batch waits `poll_timeout`
-/// for more: the fast ones always won, and its checkpoint intervals stayed
-/// empty (tests/exactly_once.rs's p4x4 `after-resolve@3` found no
-/// transaction to resolve). Not yet fixed: see the session 13 note.
-async fn produce_all(subtasks: &mut [Subtask]) -> Vec<Polled> {
-    join_in_order(
-        subtasks
-            .iter_mut()
-            .map(|s| {
-                Box::pin(async move {
-                    let mut batches = Vec::new();
-                    let produced = s.source.produce(&mut batches).await;
-                    (produced, batches)
-                }) as Pin<Box<dyn Future<Output = Polled> + Send + '_>>
-            })
-            .collect(),
-    )
-    .await
 }
 
 /// What a restore decided: the state the sources resume from, and the
@@ -757,64 +755,300 @@ impl PartitionWatermarks {
     }
 }
 
-/// Runs every future at once on this task; their outputs in order.
-async fn join_in_order<'a, T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
-    let mut done: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
-            if slot.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(v) => *slot = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    done.into_iter().map(|d| d.expect("every future completed")).collect()
+/// How long a due checkpoint waits for every subtask's first batch (or
+/// empty poll) of the interval before it goes without.
+const READY_WAIT: Duration = Duration::from_millis(500);
+
+/// After a poll that came back empty this fast (no partition, a refused
+/// connection), a subtask rests this long (serving commands) before the next.
+const EMPTY_POLL_REST: Duration = Duration::from_millis(10);
+
+/// What the driver and the subtasks' tasks share.
+struct Shared {
+    /// Records the subtasks sent to their sinks in this process (the
+    /// checkpoint trigger; the exact counts ride the barrier replies).
+    records: AtomicU64,
+    /// Per subtask, since its last barrier: it sent records, or a poll came
+    /// back empty.
+    ready: Vec<AtomicBool>,
+    /// Pulsed after every batch and every empty poll.
+    notify: Notify,
 }
 
-/// One checkpoint through the coordinator; returns its id once confirmed.
-///
-/// The subtasks' barriers (each a flush and, exactly once, a pre-commit)
-/// run at once: one after the other, a checkpoint at parallelism 4 waited
-/// for 4 flushes in a row. A fault point after a subtask's barrier fires as
-/// that subtask's barrier returns, whatever the others have done by then, as
-/// a crash would find them (nothing is committed before the checkpoint is
-/// completed, so the restore aborts them all alike).
-async fn checkpoint(coordinator: &mut Coordinator, subtasks: &mut [Subtask], records: u64) -> anyhow::Result<u64> {
-    let id = coordinator.begin_checkpoint()?;
-    let snapshots: Vec<Vec<StateRow>> = subtasks.iter().map(|s| s.source.snapshot()).collect();
-    let barriers = join_in_order(
-        subtasks
-            .iter_mut()
-            .map(|s| {
-                Box::pin(async move {
-                    let rows = s
-                        .sink
+impl Shared {
+    fn new(subtasks: usize) -> Self {
+        Shared {
+            records: AtomicU64::new(0),
+            ready: (0..subtasks).map(|_| AtomicBool::new(false)).collect(),
+            notify: Notify::new(),
+        }
+    }
+
+    fn all_ready(&self) -> bool {
+        self.ready.iter().all(|r| r.load(Ordering::Acquire))
+    }
+}
+
+/// What the driver tells a subtask's task; served between batches.
+enum Command {
+    /// Checkpoint `n`'s cut: the source's snapshot and the sink's barrier at
+    /// the same point of the stream; replies their rows and the records
+    /// sent since the previous barrier. The task then polls nothing until
+    /// the commit.
+    Barrier(u64, oneshot::Sender<(Vec<StateRow>, u64)>),
+    /// Commit checkpoint `n`'s transaction; replies once it returned. The
+    /// task polls again (unless stopped).
+    Commit(u64, oneshot::Sender<()>),
+    /// Poll no more; replies the records sent since the last barrier.
+    Stop(oneshot::Sender<u64>),
+    /// End the task, handing the subtask back.
+    Close,
+}
+
+/// What a subtask's task did next.
+enum Step {
+    Command(Option<Command>),
+    Produced(clink_kafka::connector::Result<usize>),
+    Rested,
+}
+
+/// A subtask's task: it owns the subtask and loops {poll its source; send
+/// the batch to its sink; count it}, so a slow or empty source sets no one
+/// else's pace. A command is served between batches (`biased`: before the
+/// next poll; a poll waiting for records is dropped for it, which
+/// [`KafkaSource::produce_batch`] is safe for: its records stay pending). A
+/// send to the sink is never cancelled. An error ends the task (and, through
+/// the driver, the job) with the subtask named.
+async fn subtask_task(
+    mut s: Subtask,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Subtask> {
+    let index = s.index;
+    let ready = &shared.ready[index as usize];
+    let mut since_barrier = 0u64;
+    let mut committing = false;
+    let mut stopped = false;
+    let mut rest_until: Option<tokio::time::Instant> = None;
+    loop {
+        let step = if committing || stopped {
+            Step::Command(commands.recv().await)
+        } else if let Some(until) = rest_until {
+            tokio::select! {
+                biased;
+                command = commands.recv() => Step::Command(command),
+                () = tokio::time::sleep_until(until) => Step::Rested,
+            }
+        } else {
+            let mut batches: Vec<Vec<KafkaMessage>> = Vec::new();
+            let started = tokio::time::Instant::now();
+            let step = tokio::select! {
+                biased;
+                command = commands.recv() => Step::Command(command),
+                produced = s.source.produce(&mut batches) => Step::Produced(produced),
+            };
+            if let Step::Produced(produced) = step {
+                let produced = produced.with_context(|| format!("subtask {index}: reading the source"))?;
+                if produced == 0 {
+                    ready.store(true, Ordering::Release);
+                    shared.notify.notify_one();
+                    if started.elapsed() < EMPTY_POLL_REST {
+                        rest_until = Some(started + EMPTY_POLL_REST);
+                    }
+                    continue;
+                }
+                for batch in batches {
+                    if batch.is_empty() {
+                        continue;
+                    }
+                    let n = batch.len() as u64;
+                    s.watermarks.observe(&batch);
+                    s.sink
+                        .send_batch(batch)
+                        .await
+                        .with_context(|| format!("subtask {index}: writing to the sink"))?;
+                    if let Some(w) = s.watermarks.current() {
+                        s.sink.on_watermark(w);
+                    }
+                    since_barrier += n;
+                    shared.records.fetch_add(n, Ordering::AcqRel);
+                    ready.store(true, Ordering::Release);
+                    shared.notify.notify_one();
+                    fault_point!(MidBatch, Some(index));
+                }
+                // A source with records always pending never waits: let the
+                // other subtasks and the driver run.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            step
+        };
+        let command = match step {
+            Step::Rested => {
+                rest_until = None;
+                continue;
+            }
+            Step::Produced(_) => unreachable!("handled above"),
+            Step::Command(None) => bail!("subtask {index}: the driver is gone"),
+            Step::Command(Some(command)) => command,
+        };
+        match command {
+            Command::Barrier(id, reply) => {
+                let mut rows = s.source.snapshot();
+                rows.extend(
+                    s.sink
                         .barrier(id)
                         .await
-                        .with_context(|| format!("barrier of checkpoint {id} at subtask {}", s.index));
-                    if rows.is_ok() {
-                        fault_point!(AfterBarrier, Some(s.index));
-                    }
-                    rows
-                }) as Pin<Box<dyn Future<Output = anyhow::Result<Vec<StateRow>>> + Send + '_>>
-            })
-            .collect(),
-    )
-    .await;
-    for ((s, mut rows), sink_rows) in subtasks.iter().zip(snapshots).zip(barriers) {
-        rows.extend(sink_rows?);
-        coordinator.collect(s.index, rows)?;
+                        .with_context(|| format!("barrier of checkpoint {id} at subtask {index}"))?,
+                );
+                fault_point!(AfterBarrier, Some(index));
+                ready.store(false, Ordering::Release);
+                committing = true;
+                // A driver that is gone is seen at the next command.
+                let _ = reply.send((rows, std::mem::take(&mut since_barrier)));
+            }
+            Command::Commit(id, reply) => {
+                s.sink
+                    .commit(id)
+                    .await
+                    .with_context(|| format!("committing checkpoint {id} at subtask {index}"))?;
+                fault_point!(AfterCommit, Some(index));
+                committing = false;
+                let _ = reply.send(());
+            }
+            Command::Stop(reply) => {
+                stopped = true;
+                let _ = reply.send(since_barrier);
+            }
+            Command::Close => return Ok(s),
+        }
     }
-    coordinator.write_state(vec![records_row(records)])?;
+}
+
+/// The subtasks' tasks, as the driver sees them.
+struct Tasks {
+    commands: Vec<mpsc::UnboundedSender<Command>>,
+    set: JoinSet<anyhow::Result<Subtask>>,
+    /// Task id → subtask index (to name a panicked task's subtask).
+    ids: std::collections::HashMap<tokio::task::Id, u32>,
+}
+
+type Joined = Option<Result<(tokio::task::Id, anyhow::Result<Subtask>), JoinError>>;
+
+impl Tasks {
+    fn spawn(subtasks: Vec<Subtask>, shared: &Arc<Shared>) -> Self {
+        let mut tasks = Tasks {
+            commands: Vec::new(),
+            set: JoinSet::new(),
+            ids: Default::default(),
+        };
+        for s in subtasks {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let index = s.index;
+            let handle = tasks.set.spawn(subtask_task(s, rx, shared.clone()));
+            tasks.ids.insert(handle.id(), index);
+            tasks.commands.push(tx);
+        }
+        tasks
+    }
+
+    /// The error of a task that ended on its own (an error, a panic).
+    fn failure(&self, ended: Joined) -> anyhow::Error {
+        match ended {
+            Some(Ok((_, Err(e)))) => e,
+            Some(Ok((id, Ok(_)))) => anyhow!("subtask {:?}'s task ended unasked", self.ids.get(&id)),
+            Some(Err(e)) => {
+                let subtask = self
+                    .ids
+                    .get(&e.id())
+                    .map_or_else(|| "a subtask".to_owned(), |i| format!("subtask {i}"));
+                if e.is_panic() {
+                    let panic = e.into_panic();
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|m| m.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    anyhow!("{subtask}'s task panicked: {message}")
+                } else {
+                    anyhow!("{subtask}'s task was cancelled")
+                }
+            }
+            None => anyhow!("no subtask task is left"),
+        }
+    }
+
+    /// Sends subtask `index` a command with a reply channel.
+    fn send<R>(&self, index: usize, command: impl FnOnce(oneshot::Sender<R>) -> Command) -> oneshot::Receiver<R> {
+        let (tx, rx) = oneshot::channel();
+        // A task that is gone drops the reply sender: seen by `reply`.
+        let _ = self.commands[index].send(command(tx));
+        rx
+    }
+
+    /// A reply, or the error that ended the task that owed it.
+    async fn reply<R>(&mut self, rx: oneshot::Receiver<R>) -> anyhow::Result<R> {
+        match rx.await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                let ended = self.set.join_next_with_id().await;
+                Err(self.failure(ended))
+            }
+        }
+    }
+
+    /// Stops every subtask's polling; the records they sent since their
+    /// last barrier.
+    async fn stop(&mut self) -> anyhow::Result<u64> {
+        let replies: Vec<_> = (0..self.commands.len()).map(|i| self.send(i, Command::Stop)).collect();
+        let mut left = 0;
+        for rx in replies {
+            left += self.reply(rx).await?;
+        }
+        Ok(left)
+    }
+
+    /// Ends every task; the subtasks in order.
+    async fn close(mut self) -> anyhow::Result<Vec<Subtask>> {
+        for tx in &self.commands {
+            let _ = tx.send(Command::Close);
+        }
+        let mut subtasks = Vec::new();
+        while let Some(joined) = self.set.join_next_with_id().await {
+            match joined {
+                Ok((_, Ok(s))) => subtasks.push(s),
+                ended => return Err(self.failure(Some(ended))),
+            }
+        }
+        subtasks.sort_by_key(|s| s.index);
+        Ok(subtasks)
+    }
+}
+
+/// One checkpoint through the coordinator; returns its id, once confirmed,
+/// and the records it added (`total` before it).
+///
+/// Every subtask's task takes its cut (source snapshot, then sink barrier:
+/// a flush and, exactly once, a pre-commit) between two of its batches, all
+/// at once: one after the other, a checkpoint at parallelism 4 waited for 4
+/// flushes in a row. A fault point after a subtask's barrier fires as that
+/// subtask's barrier returns, whatever the others have done by then, as a
+/// crash would find them (nothing is committed before the checkpoint is
+/// completed, so the restore aborts them all alike). A subtask polls
+/// nothing between its barrier and its commit.
+async fn checkpoint(coordinator: &mut Coordinator, tasks: &mut Tasks, total: u64) -> anyhow::Result<(u64, u64)> {
+    let id = coordinator.begin_checkpoint()?;
+    let subtasks = tasks.commands.len();
+    let replies: Vec<_> = (0..subtasks)
+        .map(|i| tasks.send(i, |tx| Command::Barrier(id, tx)))
+        .collect();
+    let mut counted = 0;
+    for (index, rx) in replies.into_iter().enumerate() {
+        let (rows, records) = tasks.reply(rx).await?;
+        counted += records;
+        coordinator.collect(index as u32, rows)?;
+    }
+    coordinator.write_state(vec![records_row(total + counted)])?;
     fault_point!(AfterStateWritten, None);
     coordinator.mark_completed()?;
     fault_point!(AfterCompleted, None);
@@ -823,17 +1057,14 @@ async fn checkpoint(coordinator: &mut Coordinator, subtasks: &mut [Subtask], rec
     // commit's receipt, and a crash between two commits must leave the later
     // subtasks' transactions open (tests/exactly_once.rs's fenced and mixed
     // scenarios). An EndTxn is a few milliseconds on a healthy cluster.
-    for s in subtasks.iter_mut() {
-        s.sink
-            .commit(id)
-            .await
-            .with_context(|| format!("committing checkpoint {id} at subtask {}", s.index))?;
-        fault_point!(AfterCommit, Some(s.index));
-        coordinator.commit_returned(s.index)?;
+    for index in 0..subtasks {
+        let rx = tasks.send(index, |tx| Command::Commit(id, tx));
+        tasks.reply(rx).await?;
+        coordinator.commit_returned(index as u32)?;
     }
     coordinator.confirm()?;
     fault_point!(AfterConfirmed, None);
-    Ok(id)
+    Ok((id, counted))
 }
 
 #[cfg(test)]
