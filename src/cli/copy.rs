@@ -90,7 +90,8 @@
 //!
 //! For the checkpoint points, k counts checkpoints this process took.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -188,6 +189,12 @@ pub struct CopyArgs {
     /// the replica in this rack when the brokers' replica selector names one.
     #[arg(long, value_name = "RACK")]
     pub client_rack: Option<String>,
+    /// How long to wait for another copy holding --state-dir (its lock,
+    /// <DIR>/LOCK) to exit before giving up with exit code 4. One job, one
+    /// process: a second copy on the same state directory never runs beside
+    /// the first.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub lock_wait_ms: u64,
     /// The sinks' replay_suppression: after a fallback below commits a
     /// subtask already made (receipted), swallow its replayed records at or
     /// below the receipts' watermark horizon (event time = the record's
@@ -205,6 +212,71 @@ fn connector_security(config: &ClientConfig) -> SecurityConfig {
         sasl: config.sasl.clone(),
         tls: config.security_protocol.uses_tls().then(|| config.tls.clone()),
     }
+}
+
+/// The lock file in the state directory.
+const LOCK_FILE: &str = "LOCK";
+
+/// How often a copy waiting for the state directory's lock tries again.
+const LOCK_RETRY: Duration = Duration::from_millis(100);
+
+/// Takes `<dir>/LOCK` exclusively (`flock`), waiting up to `wait` for the
+/// copy that holds it to exit (saying so once, with the pid the holder
+/// wrote into the file); `None` when it still holds it then. The lock lives
+/// as long as the returned file: the whole run (the OS releases it when the
+/// process dies, SIGKILL included). The holder writes `pid=<pid>` into it.
+async fn lock_state_dir(dir: &Path, wait: Duration) -> anyhow::Result<Option<std::fs::File>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating --state-dir {}", dir.display()))?;
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening the state directory's lock {}", path.display()))?;
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        let holder = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().strip_prefix("pid=")?.parse::<u32>().ok())
+            .map_or_else(|| "pid unknown".to_owned(), |pid| format!("pid {pid}"));
+        if started.elapsed() >= wait {
+            eprintln!(
+                "copy: --state-dir {} is still locked by another copy ({holder}) after {} ms: not starting (one \
+                 process per job; exit code {})",
+                dir.display(),
+                wait.as_millis(),
+                super::exit::COPY_LOCKED
+            );
+            return Ok(None);
+        }
+        if !told {
+            told = true;
+            eprintln!(
+                "copy: --state-dir {} is locked by another copy ({holder}, {}): waiting up to {} ms for it to exit",
+                dir.display(),
+                path.display(),
+                wait.as_millis()
+            );
+        }
+        tokio::time::sleep(LOCK_RETRY).await;
+    }
+    if told {
+        eprintln!("copy: the other copy is gone; --state-dir {} is ours", dir.display());
+    }
+    file.set_len(0)
+        .and_then(|()| file.write_all(format!("pid={}\n", std::process::id()).as_bytes()))
+        .with_context(|| format!("writing our pid into {}", path.display()))?;
+    Ok(Some(file))
 }
 
 /// The driver's own row in each checkpoint: records copied up to it.
@@ -361,6 +433,11 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     }
     #[cfg(feature = "failpoints")]
     super::fault::arm_faults(args.parallelism)?;
+    // Before anything reads the state directory or reaches a broker (an
+    // init would fence the running instance's transactions).
+    let Some(_lock) = lock_state_dir(&args.state_dir, Duration::from_millis(args.lock_wait_ms)).await? else {
+        return Ok(super::exit::COPY_LOCKED);
+    };
     let _metrics = args.metrics.start().await?;
     let trigger = match (args.checkpoint_every_records, args.checkpoint_interval_ms) {
         (Some(0), _) => bail!("--checkpoint-every-records must be at least 1"),
