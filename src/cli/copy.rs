@@ -9,21 +9,55 @@
 //! protocol (markers, state files, restore decisions, pruning) is the
 //! library's.
 //!
+//! # Subtasks and the driver
+//!
+//! After the restore each subtask runs in its own tokio task, which owns
+//! its source and sink and loops {poll the source; send the batch to the
+//! sink; count it}: a slow or empty source sets no one else's pace (the
+//! rounds that waited for every subtask's poll made parallelism 4 three to
+//! five times slower than parallelism 1 on the same input). The driver
+//! talks to a task only through commands served between two of its batches
+//! (`Barrier(n)`, `Commit(n)`, `Stop`, `Close`; a poll waiting for records
+//! is dropped for a command, which the source is cancel safe for; a send to
+//! the sink never is). It counts the records sent across subtasks (a shared
+//! counter, pulsed after each batch) to decide when a checkpoint is due; the
+//! count a checkpoint records is the exact sum its barriers report. A due
+//! checkpoint waits (at most 500 ms) until every subtask sent records in the
+//! interval or polled nothing, so a subtask whose fetch is a moment late is
+//! not left out of it (its sink-side fault points need a transaction in
+//! every checkpoint while it has records). A task that fails or panics ends
+//! the job with its error, the subtask named.
+//!
+//! # One process per job
+//!
+//! `copy` holds `DIR/LOCK` exclusively (`flock`) for its whole run, taken
+//! before the state directory is read or a broker reached, and writes its
+//! pid into it; the OS releases it when the process dies (SIGKILL
+//! included). A second copy on the same directory waits for it up to
+//! `--lock-wait-ms` (default 30 s), saying once which pid holds it, then
+//! gives up with exit code 4: two instances never run at once, so neither
+//! fences the other's transactions nor writes over its checkpoints.
+//!
 //! # Checkpoint `n` (the steps, in order)
 //!
 //! 1. batches flow from each source into its sink's open transaction
-//!    (`on_data`); when `--checkpoint-every-records` records (or
-//!    `--checkpoint-interval-ms`) have passed, or the sources went idle, or
-//!    `--expected` records are in:
-//! 2. for each subtask: `source.snapshot()` and `sink.on_barrier(n)` (flush,
-//!    seal the transaction PREPARED; its state row carries the resume
-//!    handle, no secret); the coordinator collects the rows;
+//!    (`on_data`); when `--checkpoint-every-records` records (across
+//!    subtasks, or `--checkpoint-interval-ms`) have passed, or the sources
+//!    went idle, or `--expected` records are in (the last two stop every
+//!    subtask's polling first):
+//! 2. for each subtask at once, in its task between two batches:
+//!    `source.snapshot()` and `sink.on_barrier(n)` (flush, seal the
+//!    transaction PREPARED; its state row carries the resume handle, no
+//!    secret): the same point of its stream; the task then polls nothing
+//!    until its commit; the coordinator collects the rows;
 //! 3. checkpoint `n`'s state — every subtask's rows plus the running record
 //!    count — goes to `DIR/chk-<n>.state` (temporary file, fsync, rename,
 //!    fsync of the directory);
 //! 4. `DIR/COMPLETED-<n>` is written the same way;
-//! 5. for each subtask: `sink.on_commit(n)`: EndTxn(commit), then the sink's
-//!    receipt `DIR/_jobs/<job>/receipts/sub<i>-<n>` (fsync + rename);
+//! 5. for each subtask, one after the other in subtask order:
+//!    `sink.on_commit(n)`: EndTxn(commit), then the sink's
+//!    receipt `DIR/_jobs/<job>/receipts/sub<i>-<n>` (fsync + rename); the
+//!    subtask polls again;
 //! 6. `DIR/CONFIRMED-<n>` once every subtask's commit returned; everything
 //!    below `n` is pruned (state files, markers, receipts and markers of
 //!    every subtask).
