@@ -941,7 +941,9 @@ async fn subtask_task(
     let mut committing = false;
     let mut stopped = false;
     let mut rest_until: Option<tokio::time::Instant> = None;
+    let mut batches: Vec<Vec<KafkaMessage>> = Vec::new();
     loop {
+        let started = tokio::time::Instant::now();
         let step = if committing || stopped {
             Step::Command(commands.recv().await)
         } else if let Some(until) = rest_until {
@@ -951,16 +953,23 @@ async fn subtask_task(
                 () = tokio::time::sleep_until(until) => Step::Rested,
             }
         } else {
-            let mut batches: Vec<Vec<KafkaMessage>> = Vec::new();
-            let started = tokio::time::Instant::now();
-            let step = tokio::select! {
+            tokio::select! {
                 biased;
                 command = commands.recv() => Step::Command(command),
                 produced = s.source.produce(&mut batches) => Step::Produced(produced),
-            };
-            if let Step::Produced(produced) = step {
+            }
+        };
+        let command = match step {
+            Step::Command(Some(command)) => command,
+            Step::Command(None) => bail!("subtask {index}: the driver is gone"),
+            Step::Rested => {
+                rest_until = None;
+                continue;
+            }
+            Step::Produced(produced) => {
                 let produced = produced.with_context(|| format!("subtask {index}: reading the source"))?;
                 if produced == 0 {
+                    batches.clear();
                     ready.store(true, Ordering::Release);
                     shared.notify.notify_one();
                     if started.elapsed() < EMPTY_POLL_REST {
@@ -968,7 +977,7 @@ async fn subtask_task(
                     }
                     continue;
                 }
-                for batch in batches {
+                for batch in batches.drain(..) {
                     if batch.is_empty() {
                         continue;
                     }
@@ -992,16 +1001,6 @@ async fn subtask_task(
                 tokio::task::yield_now().await;
                 continue;
             }
-            step
-        };
-        let command = match step {
-            Step::Rested => {
-                rest_until = None;
-                continue;
-            }
-            Step::Produced(_) => unreachable!("handled above"),
-            Step::Command(None) => bail!("subtask {index}: the driver is gone"),
-            Step::Command(Some(command)) => command,
         };
         match command {
             Command::Barrier(id, reply) => {
