@@ -23,9 +23,13 @@
 //! counter, pulsed after each batch) to decide when a checkpoint is due; the
 //! count a checkpoint records is the exact sum its barriers report. A due
 //! checkpoint waits (at most 500 ms) until every subtask sent records in the
-//! interval or polled nothing, so a subtask whose fetch is a moment late is
-//! not left out of it (its sink-side fault points need a transaction in
-//! every checkpoint while it has records). A task that fails or panics ends
+//! interval or has polled nothing for 50 ms, so a subtask whose fetch is a
+//! moment late is not left out of it (its sink-side fault points need a
+//! transaction in every checkpoint while it has records). With
+//! `--checkpoint-every-records` a subtask that sent records in the interval
+//! polls no more once the count is reached, until the barrier: the cut
+//! lands within a batch per subtask of the trigger even while the driver is
+//! still busy confirming the previous checkpoint. A task that fails or panics ends
 //! the job with its error, the subtask named.
 //!
 //! # One process per job
@@ -595,7 +599,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     );
 
     let until_idle = Duration::from_millis(args.until_idle_ms);
-    let shared = Arc::new(Shared::new(subtasks.len()));
+    let shared = Arc::new(Shared::new(subtasks.len(), trigger));
     let mut tasks = Tasks::spawn(subtasks, &shared);
     let mut last_record = Instant::now();
     let mut last_checkpoint = Instant::now();
@@ -623,7 +627,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             let left = tasks.stop().await?;
             if left > 0 {
                 progress.finish();
-                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total).await?;
+                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total, |_| {}).await?;
                 total += counted;
                 checkpoints += 1;
                 last = Some(id);
@@ -643,7 +647,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             };
         if due {
             // A due checkpoint waits (at most READY_WAIT) until every
-            // subtask sent records in this interval or polled nothing: a
+            // subtask sent records in this interval or went idle: a
             // subtask whose fetch is a moment late still has its records in
             // the checkpoint (its sink-side fault points need a transaction
             // in every checkpoint while it has records left).
@@ -651,7 +655,12 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             if shared.all_ready() || since.elapsed() >= READY_WAIT {
                 due_since = None;
                 progress.finish();
-                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total).await?;
+                let next = |counted: u64| {
+                    if let Trigger::Records(n) = trigger {
+                        shared.pause_at.store(checkpointed + counted + n, Ordering::Release);
+                    }
+                };
+                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total, next).await?;
                 checkpointed += counted;
                 total += counted;
                 checkpoints += 1;
@@ -870,6 +879,10 @@ impl PartitionWatermarks {
 /// empty poll) of the interval before it goes without.
 const READY_WAIT: Duration = Duration::from_millis(500);
 
+/// A subtask that has polled nothing for this long (drained, or without
+/// partitions) counts as ready for a due checkpoint without records in it.
+const IDLE_READY: Duration = Duration::from_millis(50);
+
 /// After a poll that came back empty this fast (no partition, a refused
 /// connection), a subtask rests this long (serving commands) before the next.
 const EMPTY_POLL_REST: Duration = Duration::from_millis(10);
@@ -879,18 +892,30 @@ struct Shared {
     /// Records the subtasks sent to their sinks in this process (the
     /// checkpoint trigger; the exact counts ride the barrier replies).
     records: AtomicU64,
-    /// Per subtask, since its last barrier: it sent records, or a poll came
-    /// back empty.
+    /// Per subtask, since its last barrier: it sent records, or it has
+    /// polled nothing for [`IDLE_READY`] (a single empty poll may be a fetch
+    /// still on its way).
     ready: Vec<AtomicBool>,
-    /// Pulsed after every batch and every empty poll.
+    /// With `--checkpoint-every-records`: the count at which the next
+    /// checkpoint is due. A ready subtask polls no more once `records`
+    /// reached it, until the barrier: the cut lands within a batch per
+    /// subtask of the trigger, whatever the driver is busy with (a
+    /// checkpoint's commits, fsyncs), and a subtask whose fetch is late
+    /// still gets its records into the interval. `u64::MAX`: never.
+    pause_at: AtomicU64,
+    /// Pulsed after every batch and when a subtask turns ready.
     notify: Notify,
 }
 
 impl Shared {
-    fn new(subtasks: usize) -> Self {
+    fn new(subtasks: usize, trigger: Trigger) -> Self {
         Shared {
             records: AtomicU64::new(0),
             ready: (0..subtasks).map(|_| AtomicBool::new(false)).collect(),
+            pause_at: AtomicU64::new(match trigger {
+                Trigger::Records(n) => n,
+                Trigger::Interval(_) => u64::MAX,
+            }),
             notify: Notify::new(),
         }
     }
@@ -941,10 +966,14 @@ async fn subtask_task(
     let mut committing = false;
     let mut stopped = false;
     let mut rest_until: Option<tokio::time::Instant> = None;
+    // Since when every poll came back empty.
+    let mut empty_since: Option<tokio::time::Instant> = None;
     let mut batches: Vec<Vec<KafkaMessage>> = Vec::new();
     loop {
         let started = tokio::time::Instant::now();
-        let step = if committing || stopped {
+        let held = ready.load(Ordering::Acquire)
+            && shared.records.load(Ordering::Acquire) >= shared.pause_at.load(Ordering::Acquire);
+        let step = if committing || stopped || held {
             Step::Command(commands.recv().await)
         } else if let Some(until) = rest_until {
             tokio::select! {
@@ -970,13 +999,16 @@ async fn subtask_task(
                 let produced = produced.with_context(|| format!("subtask {index}: reading the source"))?;
                 if produced == 0 {
                     batches.clear();
-                    ready.store(true, Ordering::Release);
-                    shared.notify.notify_one();
+                    let since = *empty_since.get_or_insert(started);
+                    if since.elapsed() >= IDLE_READY && !ready.swap(true, Ordering::AcqRel) {
+                        shared.notify.notify_one();
+                    }
                     if started.elapsed() < EMPTY_POLL_REST {
                         rest_until = Some(started + EMPTY_POLL_REST);
                     }
                     continue;
                 }
+                empty_since = None;
                 for batch in batches.drain(..) {
                     if batch.is_empty() {
                         continue;
@@ -1012,7 +1044,10 @@ async fn subtask_task(
                         .with_context(|| format!("barrier of checkpoint {id} at subtask {index}"))?,
                 );
                 fault_point!(AfterBarrier, Some(index));
-                ready.store(false, Ordering::Release);
+                ready.store(
+                    empty_since.is_some_and(|t| t.elapsed() >= IDLE_READY),
+                    Ordering::Release,
+                );
                 committing = true;
                 // A driver that is gone is seen at the next command.
                 let _ = reply.send((rows, std::mem::take(&mut since_barrier)));
@@ -1146,7 +1181,12 @@ impl Tasks {
 /// crash would find them (nothing is committed before the checkpoint is
 /// completed, so the restore aborts them all alike). A subtask polls
 /// nothing between its barrier and its commit.
-async fn checkpoint(coordinator: &mut Coordinator, tasks: &mut Tasks, total: u64) -> anyhow::Result<(u64, u64)> {
+async fn checkpoint(
+    coordinator: &mut Coordinator,
+    tasks: &mut Tasks,
+    total: u64,
+    on_cut: impl FnOnce(u64),
+) -> anyhow::Result<(u64, u64)> {
     let id = coordinator.begin_checkpoint()?;
     let subtasks = tasks.commands.len();
     let replies: Vec<_> = (0..subtasks)
@@ -1158,6 +1198,7 @@ async fn checkpoint(coordinator: &mut Coordinator, tasks: &mut Tasks, total: u64
         counted += records;
         coordinator.collect(index as u32, rows)?;
     }
+    on_cut(counted);
     coordinator.write_state(vec![records_row(total + counted)])?;
     fault_point!(AfterStateWritten, None);
     coordinator.mark_completed()?;
