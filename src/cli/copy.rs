@@ -670,7 +670,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
                 continue;
             }
         }
-        // Until a batch is sent or an empty poll reported, a deadline
+        // Until a batch is sent or a subtask turns ready, a deadline
         // passes, or a subtask's task ends (an error or a panic: the job
         // ends with it).
         let mut wake = last_record + until_idle;
