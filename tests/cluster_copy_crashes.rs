@@ -113,7 +113,12 @@ async fn copy_is_exactly_once_through_broker_kills_and_its_own_sigkills() {
         let successor_name = format!("round-{round}-successor");
         let mut successor = spawn(&successor_name);
         let waiting = format!("is locked by another copy (pid {}", child.id());
-        let contended = wait_for_line(&work.join(format!("{successor_name}.err")), &waiting, Duration::from_secs(10)).await;
+        let contended = wait_for_line(
+            &work.join(format!("{successor_name}.err")),
+            &waiting,
+            Duration::from_secs(10),
+        )
+        .await;
         let successor_err = || std::fs::read_to_string(work.join(format!("{successor_name}.err"))).unwrap_or_default();
         assert!(
             contended && !successor_err().contains("starting at checkpoint"),
@@ -139,10 +144,17 @@ async fn copy_is_exactly_once_through_broker_kills_and_its_own_sigkills() {
             Duration::from_secs(10),
         )
         .await;
-        assert!(took_over, "round {round}: the successor never took the lock over:\n{}", successor_err());
+        assert!(
+            took_over,
+            "round {round}: the successor never took the lock over:\n{}",
+            successor_err()
+        );
         tokio::time::sleep(millis(&mut rng, 500, 2_000)).await;
         if let Some(s) = successor.try_wait().unwrap() {
-            panic!("round {round}: the successor exited by itself ({s}); stderr:\n{}", successor_err());
+            panic!(
+                "round {round}: the successor exited by itself ({s}); stderr:\n{}",
+                successor_err()
+            );
         }
         successor.kill().ok();
         successor.wait().unwrap();

@@ -1206,7 +1206,10 @@ async fn a_second_copy_on_the_same_state_dir_waits_for_the_first_or_refuses() {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("copy {name} ran longer than {RUN_TIMEOUT:?}; stderr:\n{}", read(name, "err"));
+                panic!(
+                    "copy {name} ran longer than {RUN_TIMEOUT:?}; stderr:\n{}",
+                    read(name, "err")
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1222,18 +1225,30 @@ async fn a_second_copy_on_the_same_state_dir_waits_for_the_first_or_refuses() {
     );
     let refused = wait(copy("refused", &["--lock-wait-ms", "300"]), "refused");
     let err = read("refused", "err");
-    assert_eq!(refused.code(), Some(4), "the second copy must refuse (exit 4); stderr:\n{err}");
+    assert_eq!(
+        refused.code(),
+        Some(4),
+        "the second copy must refuse (exit 4); stderr:\n{err}"
+    );
     assert!(
-        err.contains(&format!("is still locked by another copy (pid {pid})")) && !err.contains("starting at checkpoint"),
+        err.contains(&format!("is still locked by another copy (pid {pid})"))
+            && !err.contains("starting at checkpoint"),
         "{err}"
     );
     let waiter = copy("waiter", &[]);
     let waiter_pid = waiter.id();
     let status = wait(first, "first");
-    assert!(status.success(), "the first copy: {status}; stderr:\n{}", read("first", "err"));
+    assert!(
+        status.success(),
+        "the first copy: {status}; stderr:\n{}",
+        read("first", "err")
+    );
     let (records, _) = done_line(&read("first", "out")).expect("the first copy's copy-done line");
     assert_eq!(records, RECORDS);
-    assert!(lock_names(&state, waiter_pid, Duration::from_secs(30)), "the waiter never took the lock");
+    assert!(
+        lock_names(&state, waiter_pid, Duration::from_secs(30)),
+        "the waiter never took the lock"
+    );
     let status = wait(waiter, "waiter");
     let err = read("waiter", "err");
     assert!(status.success(), "the waiting copy: {status}; stderr:\n{err}");
@@ -1244,7 +1259,10 @@ async fn a_second_copy_on_the_same_state_dir_waits_for_the_first_or_refuses() {
         "the third copy must wait for the first, then run; stderr:\n{err}"
     );
     let (records, _) = done_line(&read("waiter", "out")).expect("the waiter's copy-done line");
-    assert_eq!(records, RECORDS, "the waiter restores the first's count and copies nothing more");
+    assert_eq!(
+        records, RECORDS,
+        "the waiter restores the first's count and copies nothing more"
+    );
     let ours = common::read_committed_values(&cluster, &out, PARTITIONS, RECORDS as usize).await;
     if let Some(diff) = multiset_difference(&expected, &ours) {
         panic!("our read_committed view of {out}: {diff}");
