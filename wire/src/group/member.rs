@@ -1026,10 +1026,12 @@ impl ClassicMember {
         match self.state {
             MemberState::Unjoined => self.poll_join(now),
             MemberState::Stable => {
-                if self.rejoin_needed && !self.revoke_pending {
-                    self.state = MemberState::Unjoined;
-                    self.join_prepared = false;
-                    return self.poll_join(now);
+                // The revocations before a rejoin happen in the
+                // generation: heartbeats go on until JoinGroup is sent.
+                if self.rejoin_needed {
+                    if let Some(a) = self.poll_join(now) {
+                        return Some(a);
+                    }
                 }
                 self.poll_heartbeat(now)
             }
