@@ -277,6 +277,7 @@ mod corpus_replay {
         "fetch",
         "produce",
         "confluent_frame",
+        "group",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -295,6 +296,9 @@ mod corpus_replay {
             }
             "produce" => produce(data),
             "confluent_frame" => confluent_frame(data),
+            "group" => {
+                crate::group::fuzzing::group(data);
+            }
             other => panic!("unknown target {other}"),
         }
     }
@@ -504,6 +508,9 @@ mod corpus_replay {
         write("scram", "error", b"e=invalid-proof");
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
+        }
+        for (name, seed) in crate::group::fuzzing::seeds() {
+            write("group", name, &seed);
         }
         for v in [3i16, 8, 9, 12] {
             // Sent: topic[0] (3 records), a[1], b[2]; answered: topic[0] ok,
