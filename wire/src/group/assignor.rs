@@ -156,10 +156,7 @@ impl Assignor {
 /// The members in the Java client's order, without repeated member ids.
 fn ordered(members: &[MemberSubscription]) -> Vec<&MemberSubscription> {
     let mut seen = BTreeSet::new();
-    let mut out: Vec<&MemberSubscription> = members
-        .iter()
-        .filter(|m| seen.insert(m.member_id.as_str()))
-        .collect();
+    let mut out: Vec<&MemberSubscription> = members.iter().filter(|m| seen.insert(m.member_id.as_str())).collect();
     out.sort_by(|a, b| match (&a.group_instance_id, &b.group_instance_id) {
         (Some(x), Some(y)) => x.cmp(y).then_with(|| a.member_id.cmp(&b.member_id)),
         (Some(_), None) => std::cmp::Ordering::Less,
@@ -193,8 +190,8 @@ fn range(members: &[&MemberSubscription], partitions: &BTreeMap<String, i32>) ->
         // `consumers` is not empty: the topic came from a member. Both
         // fit i32: c <= n members and the run ends at n.
         let c = i32::try_from(consumers.len()).unwrap_or(i32::MAX).max(1);
-        let per = n / c;
-        let extra = n % c;
+        let per = n.checked_div(c).unwrap_or(0);
+        let extra = n.checked_rem(c).unwrap_or(0);
         for (i, m) in (0i32..).zip(consumers) {
             let start = per.saturating_mul(i).saturating_add(i.min(extra));
             let len = per.saturating_add(i32::from(i < extra));
@@ -206,10 +203,7 @@ fn range(members: &[&MemberSubscription], partitions: &BTreeMap<String, i32>) ->
     out
 }
 
-fn round_robin(
-    members: &[&MemberSubscription],
-    partitions: &BTreeMap<String, i32>,
-) -> BTreeMap<String, PartitionSet> {
+fn round_robin(members: &[&MemberSubscription], partitions: &BTreeMap<String, i32>) -> BTreeMap<String, PartitionSet> {
     let mut out = empty_result(members);
     let topics: BTreeSet<&String> = members.iter().flat_map(|m| m.topics.iter()).collect();
     let mut next = 0usize;
@@ -218,7 +212,9 @@ fn round_robin(
             // Someone subscribes to `topic` (it came from a member), so
             // this finds one within a full turn.
             for _ in 0..members.len() {
-                let Some(m) = members.get(next % members.len()) else { break };
+                let Some(m) = next.checked_rem(members.len()).and_then(|i| members.get(i)) else {
+                    break;
+                };
                 next = next.wrapping_add(1);
                 if m.topics.contains(topic) {
                     if let Some(set) = out.get_mut(&m.member_id) {
@@ -460,10 +456,7 @@ mod tests {
         let mut z = member("z-static", &["t"]);
         z.group_instance_id = Some("i1".into());
         let r = Assignor::Range.assign(&[a, z], &counts(&[("t", 3)]));
-        assert_eq!(
-            show(&r),
-            expect(&[("a-dynamic", &["t2"]), ("z-static", &["t0", "t1"])])
-        );
+        assert_eq!(show(&r), expect(&[("a-dynamic", &["t2"]), ("z-static", &["t0", "t1"])]));
     }
 
     #[test]
@@ -548,7 +541,10 @@ mod tests {
             let target = sticky_target(&refs, &counts(&[("t", 5)]), &owners);
             let lens: Vec<usize> = target.iter().map(|s| s.len()).collect();
             assert_eq!(lens.iter().sum::<usize>(), 5);
-            assert!(lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1, "{code}: {lens:?}");
+            assert!(
+                lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1,
+                "{code}: {lens:?}"
+            );
             // Stickiness: each member keeps min(owned, its target size)
             // of what it owned.
             for (m, t) in ms.iter().zip(&target) {

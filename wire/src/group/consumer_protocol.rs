@@ -101,9 +101,11 @@ pub fn decode_assignment(bytes: &Bytes) -> Result<(i16, ConsumerProtocolAssignme
     out.assigned_partitions = r.array(false, "ConsumerProtocolAssignment.assigned_partitions", |r| {
         let mut t = AssignedTopic::default();
         t.topic = TopicName(r.string(false, "ConsumerProtocolAssignment.assigned_partitions.topic")?);
-        t.partitions = r.array(false, "ConsumerProtocolAssignment.assigned_partitions.partitions", |r| {
-            r.i32("ConsumerProtocolAssignment.assigned_partitions.partitions[]")
-        })?;
+        t.partitions = r.array(
+            false,
+            "ConsumerProtocolAssignment.assigned_partitions.partitions",
+            |r| r.i32("ConsumerProtocolAssignment.assigned_partitions.partitions[]"),
+        )?;
         Ok(t)
     })?;
     out.user_data = r.nullable_bytes(false, "ConsumerProtocolAssignment.user_data")?;
@@ -299,7 +301,9 @@ mod tests {
         ));
         // partitions of an owned topic
         assert!(matches!(
-            decode_subscription(&huge(&[0, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 1, b'a'])),
+            decode_subscription(&huge(&[
+                0, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 1, b'a'
+            ])),
             Err(Error::LengthOutOfBounds { .. })
         ));
         // assignment: partitions count, topic string length, user data
@@ -323,7 +327,9 @@ mod tests {
         assert!(decode_subscription(&Bytes::from_static(&[0xff, 0xff, 0, 0, 0, 0])).is_err());
         assert!(decode_assignment(&Bytes::from_static(&[0])).is_err());
         assert!(matches!(
-            decode_subscription(&Bytes::from_static(&[0, 0, 0, 0, 0, 1, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff])),
+            decode_subscription(&Bytes::from_static(&[
+                0, 0, 0, 0, 0, 1, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff
+            ])),
             Err(Error::InvalidUtf8 { .. })
         ));
         assert!(matches!(

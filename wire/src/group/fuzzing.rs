@@ -39,7 +39,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::consumer_protocol::{decode_assignment, decode_subscription, encode_assignment};
-use super::member::{assignment_set, Action, ClassicMember, GroupConfig, GroupEvent, GroupRequest, MemberState, RequestKind};
+use super::member::{
+    assignment_set, Action, ClassicMember, GroupConfig, GroupEvent, GroupRequest, MemberState, RequestKind,
+};
 use super::{Assignor, PartitionSet, RebalanceProtocol, TopicPartition};
 
 const TOPICS: [&str; 3] = ["a", "b", "c"];
@@ -249,7 +251,11 @@ fn run(data: &[u8]) -> Outcome {
                 let b = input.byte();
                 r.skip_assignment = b & 1 != 0;
                 if b & 2 != 0 {
-                    r.protocol_type = Some(StrBytes::from_static_str(if b & 4 != 0 { "connect" } else { "consumer" }));
+                    r.protocol_type = Some(StrBytes::from_static_str(if b & 4 != 0 {
+                        "connect"
+                    } else {
+                        "consumer"
+                    }));
                 }
                 for _ in 0..input.byte() % 5 {
                     let mut x = JoinGroupResponseMember::default();
@@ -340,7 +346,7 @@ fn run(data: &[u8]) -> Outcome {
                 m.set_subscription(topics);
             }
             _ => {
-                if input.byte() % 4 == 0 {
+                if input.byte().is_multiple_of(4) {
                     m.leave();
                 }
             }
@@ -370,12 +376,34 @@ pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     // Leader: join ok with member "me" leading, two members replaying our
     // own subscription; metadata; sync; then REBALANCE_IN_PROGRESS.
     let leader = vec![
-        2, 6, 0, 1, 0, 1, 1, 1, 2, 0, 2, 1, 0, 2, 0, 0, 7, 3, 2, 4, 2, 0, 0, 2, 0, 1, 3, 4, 8, 150, 3, 9, 10, 0, 9,
-        10, 0,
+        2, 6, 0, 1, 0, 1, 1, 1, 2, 0, 2, 1, 0, 2, 0, 0, 7, 3, 2, 4, 2, 0, 0, 2, 0, 1, 3, 4, 8, 150, 3, 9, 10, 0, 9, 10,
+        0,
     ];
     // Static member: joins, syncs, then FENCED_INSTANCE_ID.
     let fenced = vec![
-        4 | 3, 6, 0, 1, 0, 10, 1, 2, 0, 0, 0, 2, 0, 0, 2, 0, 4, 8, 0x83, 9, 3, 8, 9,
+        4 | 3,
+        6,
+        0,
+        1,
+        0,
+        10,
+        1,
+        2,
+        0,
+        0,
+        0,
+        2,
+        0,
+        0,
+        2,
+        0,
+        4,
+        8,
+        0x83,
+        9,
+        3,
+        8,
+        9,
     ];
     vec![("follower", follower), ("leader", leader), ("fenced", fenced)]
 }

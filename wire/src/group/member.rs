@@ -747,8 +747,7 @@ impl ClassicMember {
                 // subscribes to nothing: it gets an empty assignment and
                 // the rest of the group goes on.
                 if let Ok((_, s)) = decode_subscription(&m.metadata) {
-                    let sub =
-                        member_subscription(id, m.group_instance_id.as_ref().map(|s| s.as_str()), &s);
+                    let sub = member_subscription(id, m.group_instance_id.as_ref().map(|s| s.as_str()), &s);
                     round.topics.extend(sub.topics.iter().cloned());
                     round.members.push(sub);
                 }
@@ -935,7 +934,10 @@ impl ClassicMember {
         let in_group = self.generation >= 0 || matches!(self.state, MemberState::AwaitingSync | MemberState::Joining);
         if in_group
             && !self.poll_expired
-            && now >= self.last_app_poll.saturating_add(u64::from(self.config.max_poll_interval_ms))
+            && now
+                >= self
+                    .last_app_poll
+                    .saturating_add(u64::from(self.config.max_poll_interval_ms))
         {
             self.poll_expired = true;
             if !self.is_static() && !self.member_id.is_empty() && self.coordinator_known {
@@ -950,7 +952,10 @@ impl ClassicMember {
         }
         if self.state == MemberState::Stable
             && self.coordinator_known
-            && now >= self.last_heartbeat_ok.saturating_add(u64::from(self.config.session_timeout_ms))
+            && now
+                >= self
+                    .last_heartbeat_ok
+                    .saturating_add(u64::from(self.config.session_timeout_ms))
         {
             self.coordinator_lost(now);
         }

@@ -311,7 +311,11 @@ fn eager_rebalance_in_progress_revokes_all_and_waits_for_the_commit() {
     );
     assert!(!has_join(&a), "no JoinGroup before the revocation is committed");
     assert_eq!(m.state(), MemberState::Revoking);
-    assert_eq!(m.group_metadata().unwrap().generation_id, 1, "commit with the current generation");
+    assert_eq!(
+        m.group_metadata().unwrap().generation_id,
+        1,
+        "commit with the current generation"
+    );
     // Heartbeats go on while the application commits.
     heartbeat_now(&mut m, 6_001);
     m.handle_heartbeat_response(&hb(27), 6_002);
@@ -398,7 +402,10 @@ fn coordinator_errors_rediscover() {
     assert_eq!(sends(&a), vec![&GroupRequest::FindCoordinator]);
     assert!(events(&a).is_empty(), "NOT_COORDINATOR keeps the partitions");
     m.handle_coordinator_found(3_300);
-    assert!(matches!(heartbeat_now(&mut m, 6_100), HeartbeatRequest { generation_id: 1, .. }));
+    assert!(matches!(
+        heartbeat_now(&mut m, 6_100),
+        HeartbeatRequest { generation_id: 1, .. }
+    ));
     // On JoinGroup: rediscover, then rejoin.
     let mut m = ClassicMember::new(eager(), 0);
     m.set_subscription(topics(&["t"]));
@@ -426,7 +433,12 @@ fn sync_rebalance_in_progress_rejoins_in_the_generation() {
 
 #[test]
 fn sync_errors_reset_or_fail() {
-    for (code, keeps_id, fatal) in [(25i16, false, false), (22, true, false), (30, false, true), (23, false, true)] {
+    for (code, keeps_id, fatal) in [
+        (25i16, false, false),
+        (22, true, false),
+        (30, false, true),
+        (23, false, true),
+    ] {
         let mut m = ClassicMember::new(eager(), 0);
         m.set_subscription(topics(&["t"]));
         m.handle_coordinator_found(0);
@@ -436,7 +448,10 @@ fn sync_errors_reset_or_fail() {
         m.handle_sync_response(&sync_err(code), 1);
         if fatal {
             assert_eq!(m.state(), MemberState::Fatal, "{code}");
-            assert!(matches!(m.error(), Some(GroupError::Coordinator { api: "SyncGroup", .. })));
+            assert!(matches!(
+                m.error(),
+                Some(GroupError::Coordinator { api: "SyncGroup", .. })
+            ));
         } else {
             assert_eq!(m.generation(), -1, "{code}");
             assert_eq!(m.member_id() == "me", keeps_id, "{code}");
@@ -533,8 +548,13 @@ fn poll_timeout_leaves_and_loses_dynamic_member() {
     let mut m = stable_member(eager(), &p);
     let a = drain(&mut m, 300_000);
     assert_eq!(events(&a), vec![&GroupEvent::PartitionsLost { partitions: p }]);
-    assert!(matches!(sends(&a)[..], [GroupRequest::LeaveGroup(LeaveGroupRequest { member_id, .. })] if member_id.as_str() == "me"));
-    assert!(drain(&mut m, 400_000).is_empty(), "no rejoin before the application polls");
+    assert!(
+        matches!(sends(&a)[..], [GroupRequest::LeaveGroup(LeaveGroupRequest { member_id, .. })] if member_id.as_str() == "me")
+    );
+    assert!(
+        drain(&mut m, 400_000).is_empty(),
+        "no rejoin before the application polls"
+    );
     m.handle_app_poll(400_001);
     assert_eq!(join_req(&drain(&mut m, 400_001)).member_id.as_str(), "");
 }
@@ -567,7 +587,9 @@ fn leave_revokes_then_leaves_dynamic_and_static() {
     assert!(sends(&a).is_empty(), "LeaveGroup waits for the commit");
     m.handle_revoke_done();
     let a = drain(&mut m, 11);
-    assert!(matches!(sends(&a)[..], [GroupRequest::LeaveGroup(r)] if r.members.len() == 1 && r.members[0].member_id.as_str() == "me"));
+    assert!(
+        matches!(sends(&a)[..], [GroupRequest::LeaveGroup(r)] if r.members.len() == 1 && r.members[0].member_id.as_str() == "me")
+    );
     assert_eq!(m.state(), MemberState::Leaving);
     m.handle_leave_response(&LeaveGroupResponse::default());
     assert_eq!(m.state(), MemberState::Left);
@@ -578,7 +600,10 @@ fn leave_revokes_then_leaves_dynamic_and_static() {
     m.leave();
     drain(&mut m, 10);
     m.handle_revoke_done();
-    assert!(sends(&drain(&mut m, 11)).is_empty(), "a static member sends no LeaveGroup");
+    assert!(
+        sends(&drain(&mut m, 11)).is_empty(),
+        "a static member sends no LeaveGroup"
+    );
     assert_eq!(m.state(), MemberState::Left);
 }
 
@@ -728,10 +753,7 @@ impl Coordinator {
                     // place and assignment; no rebalance.
                     let new = self.new_id();
                     let m = self.members.remove(&old).unwrap();
-                    self.members.insert(
-                        new.clone(),
-                        CoordMember { protocols, ..m },
-                    );
+                    self.members.insert(new.clone(), CoordMember { protocols, ..m });
                     if let Some(a) = self.assignments.remove(&old) {
                         self.assignments.insert(new.clone(), a);
                     }
@@ -762,10 +784,7 @@ impl Coordinator {
             self.replies.push((conn, Reply::Join(join_err(25, ""))));
             return;
         }
-        self.members.insert(
-            id.clone(),
-            CoordMember { instance, protocols },
-        );
+        self.members.insert(id.clone(), CoordMember { instance, protocols });
         self.pending_joins.insert(id, conn);
         self.prepare();
         self.maybe_complete_join();
@@ -1004,7 +1023,10 @@ impl Sim {
             "never settled: coordinator {:?} gen {}, members {:?}",
             self.coord.state,
             self.coord.generation,
-            self.members.iter().map(|m| (m.state(), m.generation())).collect::<Vec<_>>()
+            self.members
+                .iter()
+                .map(|m| (m.state(), m.generation()))
+                .collect::<Vec<_>>()
         );
     }
 
@@ -1043,7 +1065,12 @@ fn three_members(assignor: Assignor) -> Sim {
 
 fn names(a: &BTreeMap<String, PartitionSet>) -> BTreeMap<String, Vec<String>> {
     a.iter()
-        .map(|(m, s)| (m.clone(), s.iter().map(|tp| format!("{}{}", tp.topic, tp.partition)).collect()))
+        .map(|(m, s)| {
+            (
+                m.clone(),
+                s.iter().map(|tp| format!("{}{}", tp.topic, tp.partition)).collect(),
+            )
+        })
         .collect()
 }
 
@@ -1089,7 +1116,10 @@ fn three_members_cooperative_sticky_two_phase() {
     sim.settle();
     // Two rounds: in the first, member 0 keeps 5 (or 4) and revokes the
     // rest; in the second, member 1 gets them.
-    assert_eq!(sim.coord.generation, 3, "cooperative: a revoking round, then an assigning one");
+    assert_eq!(
+        sim.coord.generation, 3,
+        "cooperative: a revoking round, then an assigning one"
+    );
     assert!(sim.held[0].is_subset(&first), "member 0 kept only what it had");
     assert!(sim.log[0]
         .iter()
