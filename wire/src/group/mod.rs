@@ -18,6 +18,10 @@
 //!   pure functions.
 //! - [`member`]: [`ClassicMember`], the member side of JoinGroup,
 //!   SyncGroup, Heartbeat and LeaveGroup.
+//! - [`consumer`]: [`ConsumerMember`], the member side of the KIP-848
+//!   consumer protocol (ConsumerGroupHeartbeat: member epochs,
+//!   reconciliation, fencing), with the same driver contract; its module
+//!   docs say what it does.
 //!
 //! Nothing here touches a socket or a clock: time is a `u64` of
 //! milliseconds from the driver's monotonic clock, passed to every input
@@ -117,13 +121,14 @@
 //!
 //! # Not here (yet)
 //!
-//! The KIP-848 consumer protocol (ConsumerGroupHeartbeat, member epochs);
-//! regex subscriptions; rack-aware range assignment; the bounded
+//! Regex subscriptions (KIP-848's `subscribed_topic_regex`, and the
+//! classic protocol's client-side pattern matching); rack-aware range assignment; the bounded
 //! response decoders for JoinGroup/SyncGroup/Heartbeat/LeaveGroup (the
 //! driver needs them in `messages/` before it reads these answers from
 //! the network).
 
 pub mod assignor;
+pub mod consumer;
 pub mod consumer_protocol;
 pub mod member;
 
@@ -133,6 +138,7 @@ pub mod fuzzing;
 mod tests;
 
 pub use assignor::{Assignor, MemberSubscription, PartitionSet, RebalanceProtocol, TopicPartition};
+pub use consumer::{ConsumerGroupConfig, ConsumerMember, ConsumerMemberState, GroupEvent848, IdPartition};
 pub use member::{
     Action, ClassicMember, ConsumerGroupMetadata, GroupConfig, GroupError, GroupEvent, GroupRequest, MemberState,
     RequestKind,
