@@ -125,6 +125,7 @@ pub enum ConsumerMemberState {
 
 /// What the driver must do or tell.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Action848 {
     /// Find the coordinator, then [`ConsumerMember::handle_coordinator_found`].
     FindCoordinator,

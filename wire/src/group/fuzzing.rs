@@ -38,11 +38,19 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::consumer::{
+    Action848, ConsumerGroupConfig, ConsumerMember, ConsumerMemberState, GroupEvent848, IdPartition, IdPartitionSet,
+};
 use super::consumer_protocol::{decode_assignment, decode_subscription, encode_assignment};
 use super::member::{
     assignment_set, Action, ClassicMember, GroupConfig, GroupEvent, GroupRequest, MemberState, RequestKind,
 };
 use super::{Assignor, PartitionSet, RebalanceProtocol, TopicPartition};
+use kafka_protocol::messages::consumer_group_heartbeat_response::{
+    Assignment as Assignment848, TopicPartitions as TopicPartitions848,
+};
+use kafka_protocol::messages::ConsumerGroupHeartbeatResponse;
+use uuid::Uuid;
 
 const TOPICS: [&str; 3] = ["a", "b", "c"];
 const IDS: [&str; 4] = ["", "me", "other", "x"];
@@ -213,6 +221,9 @@ pub struct Outcome {
 fn run(data: &[u8]) -> Outcome {
     let mut input = Input { data };
     let flags = input.byte();
+    if flags & 8 != 0 {
+        return run_848(&mut input, flags);
+    }
     let mut config = GroupConfig::new("g");
     config.assignors = match flags % 4 {
         0 => vec![Assignor::Range],
@@ -364,6 +375,145 @@ fn run(data: &[u8]) -> Outcome {
     }
 }
 
+const CODES_848: [i16; 12] = [0, 0, 0, 0, 110, 25, 15, 16, 14, 111, 81, -1];
+
+fn id_partitions(input: &mut Input<'_>) -> IdPartitionSet {
+    let n = input.byte() % 8;
+    (0..n)
+        .map(|_| {
+            let b = input.byte();
+            IdPartition {
+                topic_id: Uuid::from_u128(u128::from(b & 1)),
+                partition: i32::from(b >> 1) % 8,
+            }
+        })
+        .collect()
+}
+
+/// The KIP-848 member (flags bit 3): the same promises, with
+/// reconciliation: what the heartbeats report as owned covers what the
+/// application holds and what it is still committing.
+fn run_848(input: &mut Input<'_>, flags: u8) -> Outcome {
+    let mut config = ConsumerGroupConfig::new("g", "m");
+    if flags & 4 != 0 {
+        config.group_instance_id = Some("instance".into());
+    }
+    config.max_poll_interval_ms = 30_000;
+    let mut now = 0u64;
+    let mut m = ConsumerMember::new(config, now);
+    m.set_subscription(["a".to_string()].into());
+    let mut held = IdPartitionSet::new();
+    let mut committing = IdPartitionSet::new();
+    let (mut ops, mut max_held) = (0, 0);
+    while !input.data.is_empty() && ops < 512 {
+        ops += 1;
+        match input.byte() % 10 {
+            0 => {}
+            1 => {
+                let mut r = ConsumerGroupHeartbeatResponse::default();
+                r.error_code = input.pick(&CODES_848);
+                r.member_epoch = i32::from(input.byte() as i8);
+                r.heartbeat_interval_ms = i32::from(input.byte()) * 100 - 100;
+                let sel = input.byte();
+                if sel & 1 != 0 {
+                    let mut a = Assignment848::default();
+                    let set = id_partitions(input);
+                    for p in &set {
+                        let mut t = TopicPartitions848::default();
+                        t.topic_id = p.topic_id;
+                        t.partitions = vec![p.partition];
+                        a.topic_partitions.push(t);
+                    }
+                    r.assignment = Some(a);
+                }
+                if sel & 2 != 0 {
+                    r.member_id = Some(StrBytes::from_static_str("other"));
+                }
+                m.handle_heartbeat_response(&r, now);
+            }
+            2 => m.handle_heartbeat_failed(now),
+            3 => m.handle_coordinator_found(),
+            4 => m.handle_find_coordinator_failed(now),
+            5 => {
+                let b = u64::from(input.byte());
+                now = now.saturating_add(if b & 0x80 != 0 { (b & 0x7f) * 1_000 } else { b * 20 });
+            }
+            6 => m.handle_app_poll(now),
+            7 => {
+                m.handle_revoke_done();
+                committing.clear();
+            }
+            8 => {
+                let b = input.byte();
+                m.set_subscription(
+                    TOPICS
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| b & (1 << i) != 0)
+                        .map(|(_, t)| t.to_string())
+                        .collect(),
+                );
+            }
+            _ => {
+                if input.byte().is_multiple_of(4) {
+                    m.leave();
+                }
+            }
+        }
+        let terminal = matches!(m.state(), ConsumerMemberState::Fatal | ConsumerMemberState::Left);
+        for n in 0.. {
+            assert!(n < 16, "poll does not settle");
+            let Some(action) = m.poll(now) else { break };
+            match action {
+                Action848::Event(GroupEvent848::PartitionsAssigned { partitions, epoch }) => {
+                    assert!(held.is_disjoint(&partitions) && committing.is_disjoint(&partitions));
+                    assert_eq!(epoch, m.epoch());
+                    held.extend(partitions);
+                }
+                Action848::Event(GroupEvent848::PartitionsRevoked { partitions, .. }) => {
+                    assert!(partitions.is_subset(&held));
+                    held.retain(|p| !partitions.contains(p));
+                    committing.extend(partitions);
+                }
+                Action848::Event(GroupEvent848::PartitionsLost { partitions }) => {
+                    let both: IdPartitionSet = held.union(&committing).copied().collect();
+                    assert!(partitions.is_subset(&both));
+                    held.retain(|p| !partitions.contains(p));
+                    committing.retain(|p| !partitions.contains(p));
+                }
+                Action848::Event(GroupEvent848::Fatal(_)) => assert_eq!(m.state(), ConsumerMemberState::Fatal),
+                Action848::FindCoordinator => assert!(!terminal),
+                Action848::Heartbeat(h) => {
+                    assert!(!terminal, "heartbeat after the end");
+                    if h.member_epoch >= 0 {
+                        let reported: IdPartitionSet = h
+                            .topic_partitions
+                            .iter()
+                            .flatten()
+                            .flat_map(|t| {
+                                t.partitions.iter().map(|&p| IdPartition {
+                                    topic_id: t.topic_id,
+                                    partition: p,
+                                })
+                            })
+                            .collect();
+                        let both: IdPartitionSet = held.union(&committing).copied().collect();
+                        assert_eq!(reported, both, "owned as reported = held + being committed");
+                    }
+                }
+            }
+        }
+        assert_eq!(&held, m.assigned());
+        max_held = max_held.max(held.len());
+    }
+    Outcome {
+        ops,
+        max_held,
+        led: false,
+        state: MemberState::Unjoined,
+    }
+}
+
 /// Seeds for the corpus: a follower joining and syncing, a leader
 /// assigning from replayed subscriptions, and error codes after that.
 #[cfg(test)]
@@ -405,7 +555,18 @@ pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         8,
         9,
     ];
-    vec![("follower", follower), ("leader", leader), ("fenced", fenced)]
+    // KIP-848: found, the join heartbeat answered with epoch 1 and three
+    // partitions, then epoch 2 taking one away (revoked, committed), then
+    // FENCED_MEMBER_EPOCH.
+    let kip848 = vec![
+        8, 3, 0, 1, 0, 1, 50, 1, 3, 0, 2, 4, 5, 0x85, 1, 0, 2, 50, 1, 2, 0, 2, 7, 0, 5, 0x85, 1, 4, 0, 0, 0,
+    ];
+    vec![
+        ("follower", follower),
+        ("leader", leader),
+        ("fenced", fenced),
+        ("kip848", kip848),
+    ]
 }
 
 #[cfg(test)]
@@ -421,5 +582,7 @@ mod tests {
         assert!(leader.led && leader.max_held > 0, "{leader:?}");
         let fenced = run(&seeds[2].1);
         assert!(fenced.max_held > 0 && fenced.state == MemberState::Fatal, "{fenced:?}");
+        let kip848 = run(&seeds[3].1);
+        assert!(kip848.max_held >= 2 && kip848.ops > 8, "{kip848:?}");
     }
 }
