@@ -571,7 +571,30 @@ pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn arbitrary_scripts_keep_the_promises(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+            group(&data);
+        }
+
+        #[test]
+        fn mutated_seeds_keep_the_promises(
+            pick in 0usize..4,
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+        ) {
+            let mut seed = seeds()[pick].1.clone();
+            for (at, b) in edits {
+                let i = at % seed.len();
+                seed[i] = b;
+            }
+            group(&seed);
+        }
+    }
 
     #[test]
     fn seeds_reach_what_they_are_for() {
