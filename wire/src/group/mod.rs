@@ -122,10 +122,13 @@
 //! # Not here (yet)
 //!
 //! Regex subscriptions (KIP-848's `subscribed_topic_regex`, and the
-//! classic protocol's client-side pattern matching); rack-aware range assignment; the bounded
-//! response decoders for JoinGroup/SyncGroup/Heartbeat/LeaveGroup (the
-//! driver needs them in `messages/` before it reads these answers from
-//! the network).
+//! classic protocol's client-side pattern matching); rack-aware range
+//! assignment; KIP-848 sparse heartbeats; the byte-exact Java
+//! `AbstractStickyAssignor` under unequal subscriptions; the async driver,
+//! offsets (OffsetCommit/OffsetFetch, auto-commit) and the CLI. The answers
+//! are decoded from the network by `messages/group_membership.rs`
+//! (JoinGroup v2..=v9, SyncGroup v0..=v5, Heartbeat v0..=v4, LeaveGroup
+//! v0..=v5, ConsumerGroupHeartbeat v0..=v1), bounded like every decoder.
 
 pub mod assignor;
 pub mod consumer;
