@@ -27,7 +27,7 @@
 //! milliseconds from the driver's monotonic clock, passed to every input
 //! that needs it. That is what lets the `group` fuzz target drive it with
 //! arbitrary answers, times and subscription/assignment bytes
-//! ([`fuzzing`], built under `cfg(fuzzing)`).
+//! (`fuzzing`, built under `cfg(fuzzing)`).
 //!
 //! # What the member does
 //!
