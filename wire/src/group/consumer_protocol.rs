@@ -278,6 +278,26 @@ mod tests {
         );
     }
 
+    /// Written by kafka-clients 4.4.0's `ConsumerProtocol.serialize*`
+    /// (`wire/testdata/group/Check.java`): the same bytes as the vectors
+    /// above, written by hand from the schema.
+    #[test]
+    fn java_written_bytes() {
+        let java_sub_v3 =
+            "000300000002000161000262630000000400000007000000010001610000000200000000000000020000000700027231";
+        assert_eq!(hex::encode(golden_sub_v3()), java_sub_v3);
+        let java_sub_v0 = "000000000001000174ffffffff";
+        let mut sub = ConsumerProtocolSubscription::default();
+        sub.topics = vec![s("t")];
+        assert_eq!(hex::encode(encode_subscription(&sub, 0).unwrap()), java_sub_v0);
+        let java_assignment_v3 = "0003000000010001610000000100000005ffffffff";
+        let (v, a) = decode_assignment(&Bytes::from(hex::decode(java_assignment_v3).unwrap())).unwrap();
+        assert_eq!(v, 3);
+        assert_eq!(a.assigned_partitions.len(), 1);
+        assert_eq!(a.assigned_partitions[0].partitions, [5]);
+        assert_eq!(hex::encode(encode_assignment(&a, 3).unwrap()), java_assignment_v3);
+    }
+
     #[test]
     fn huge_lengths_and_garbage_are_typed_errors() {
         let huge = |prefix: &[u8]| {

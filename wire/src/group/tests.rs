@@ -1074,6 +1074,10 @@ fn names(a: &BTreeMap<String, PartitionSet>) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
+// The expected assignments of `three_members_range` and
+// `three_members_round_robin` are what kafka-clients 4.4.0's RangeAssignor
+// and RoundRobinAssignor give for the same members and topics
+// (`wire/testdata/group/Check.java`).
 #[test]
 fn three_members_range() {
     let sim = three_members(Assignor::Range);
