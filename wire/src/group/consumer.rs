@@ -414,19 +414,20 @@ impl ConsumerMember {
         }
     }
 
-    /// When to call [`poll`](Self::poll) again.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    /// When to call [`poll`](Self::poll) again: the earliest deadline
+    /// after `now` (a heartbeat, the end of a backoff, the poll deadline).
+    pub fn poll_timeout(&self, now: u64) -> Option<u64> {
         if self.terminal() {
             return None;
         }
-        let mut at = self.next_heartbeat_at.max(self.backoff_until);
-        if self.epoch > 0 {
-            at = at.min(
+        let mut at = vec![self.next_heartbeat_at, self.backoff_until];
+        if self.epoch > 0 && !self.poll_expired {
+            at.push(
                 self.last_app_poll
                     .saturating_add(u64::from(self.config.max_poll_interval_ms)),
             );
         }
-        Some(at)
+        at.into_iter().filter(|&t| t > now).min()
     }
 
     fn request(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {

@@ -20,6 +20,8 @@
 //! - a leader's SyncGroup gives no partition to two members, and every
 //!   assignment it writes decodes;
 //! - nothing is sent after a fatal error or after `Left`;
+//! - `poll_timeout(now)` never names a time already past (the driver would
+//!   spin);
 //! - bounded memory: at most a handful of actions per poll, and what is
 //!   held comes from one assignment of the input.
 //!
@@ -151,6 +153,9 @@ fn drain(m: &mut ClassicMember, app: &mut App, now: u64, eager: bool) {
         }
     }
     assert_eq!(&app.held, m.assigned(), "the application holds what the member says");
+    if let Some(at) = m.poll_timeout(now) {
+        assert!(at > now, "a wake-up in the past would spin the driver");
+    }
     if eager
         && matches!(
             m.state(),
@@ -504,6 +509,9 @@ fn run_848(input: &mut Input<'_>, flags: u8) -> Outcome {
             }
         }
         assert_eq!(&held, m.assigned());
+        if let Some(at) = m.poll_timeout(now) {
+            assert!(at > now, "a wake-up in the past would spin the driver");
+        }
         max_held = max_held.max(held.len());
     }
     Outcome {

@@ -974,8 +974,9 @@ impl ClassicMember {
 
     /// When [`handle_timeout`](Self::handle_timeout) and
     /// [`poll`](Self::poll) next need calling (a heartbeat, a deadline,
-    /// the end of a backoff); `None`: only on new input.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    /// the end of a backoff): the earliest such time after `now`; `None`:
+    /// only on new input.
+    pub fn poll_timeout(&self, now: u64) -> Option<u64> {
         if self.terminal() {
             return None;
         }
@@ -994,7 +995,9 @@ impl ClassicMember {
             );
         }
         at.push(self.backoff_until);
-        at.into_iter().min()
+        // A deadline already past is waiting on an answer (a heartbeat in
+        // flight, the coordinator unknown): not a reason to wake.
+        at.into_iter().filter(|&t| t > now).min()
     }
 
     // ---- output ----

@@ -7,7 +7,7 @@
 //!  handle_join_response / handle_sync_response  │            ┌─► Action::Send(GroupRequest)  (driver sends it)
 //!  handle_heartbeat_response / handle_leave_..  ├─► ClassicMember ─► poll(now)
 //!  handle_coordinator_found / handle_metadata   │            └─► Action::Event(GroupEvent)   (rebalance listener)
-//!  handle_request_failed / handle_timeout(now) ─┘   poll_timeout() ─► when to call again
+//!  handle_request_failed / handle_timeout(now) ─┘   poll_timeout(now) ─► when to call again
 //! ```
 //!
 //! - [`consumer_protocol`]: `ConsumerProtocolSubscription` and

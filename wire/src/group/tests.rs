@@ -520,6 +520,22 @@ fn unexpected_join_error_is_fatal_and_retriable_ones_back_off() {
 }
 
 #[test]
+fn poll_timeout_names_the_next_deadline() {
+    let mut m = stable_member(eager(), &parts(&[("t", 0)]));
+    assert_eq!(m.poll_timeout(10), Some(3_000), "the next heartbeat");
+    heartbeat_now(&mut m, 3_000);
+    // Heartbeat in flight: the session deadline, never a past time.
+    assert_eq!(m.poll_timeout(3_000), Some(6_000));
+    assert_eq!(m.poll_timeout(44_000), Some(45_000));
+    m.leave();
+    drain(&mut m, 50_000);
+    m.handle_revoke_done();
+    drain(&mut m, 50_001);
+    m.handle_leave_response(&LeaveGroupResponse::default());
+    assert_eq!(m.poll_timeout(50_002), None);
+}
+
+#[test]
 fn session_timeout_rediscovers_the_coordinator() {
     let mut m = stable_member(eager(), &parts(&[("t", 0)]));
     heartbeat_now(&mut m, 3_000);
