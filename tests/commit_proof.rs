@@ -344,7 +344,7 @@ async fn the_log_proves_commits_and_aborts_and_nothing_else() {
             "{brokers} ({version:?}): {proof:?}"
         );
         // Through the resolver: the coordinator says fenced, the log overturns it.
-        let resolver = Resolver::new(config.clone());
+        let resolver = Resolver::new(config.clone()).with_unreachable_after(Duration::from_secs(3));
         assert!(
             !resolver.resolve(&committed, Decision::Commit).await.is_committed(),
             "{brokers}: the coordinator no longer knows the fenced commit"
@@ -378,6 +378,11 @@ async fn the_log_proves_commits_and_aborts_and_nothing_else() {
         let past = [PartitionOffset::new(0, 1_000_000)];
         let proof = prove_from_log(&config, &committed, &topic, &past, limits).await;
         assert!(matches!(proof, LogProof::Undecided { .. }), "{brokers}: {proof:?}");
+        // The resolver holds on it: no verdict, rather than a guess.
+        let v = resolver
+            .resolve_proven(&committed, Decision::Commit, Some((&topic, &past)))
+            .await;
+        assert!(matches!(v, Verdict::Unreachable { .. }), "{brokers}: {v}");
         // Still open: nothing to prove within the bound; the resolver holds.
         let mut producer =
             TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(&txn_id))

@@ -45,7 +45,8 @@ pub struct LogProofLimits {
     /// `max_bytes` (and the partition's) of each Fetch (default 1 MiB).
     pub fetch_max_bytes: i32,
     /// The most bytes read from one partition before it counts as
-    /// undecided (default 256 MiB).
+    /// undecided (default 1 GiB: network, not memory; an interval larger
+    /// than that on one partition holds the restore).
     pub max_bytes_per_partition: u64,
     /// The whole proof's bound (default 30 s).
     pub timeout: Duration,
@@ -55,7 +56,7 @@ impl Default for LogProofLimits {
     fn default() -> Self {
         LogProofLimits {
             fetch_max_bytes: 1024 * 1024,
-            max_bytes_per_partition: 256 * 1024 * 1024,
+            max_bytes_per_partition: 1024 * 1024 * 1024,
             timeout: Duration::from_secs(30),
         }
     }
