@@ -72,6 +72,9 @@ pub enum LogProof {
         partition: i32,
         /// The marker's offset.
         offset: i64,
+        /// The marker's producer epoch (transaction.version 1: the
+        /// transaction's; 2: one above).
+        epoch: i16,
     },
     /// An ABORT marker of the transaction follows its records.
     Aborted {
@@ -79,6 +82,8 @@ pub enum LogProof {
         partition: i32,
         /// The marker's offset.
         offset: i64,
+        /// The marker's producer epoch.
+        epoch: i16,
     },
     /// The log proves neither: why, per partition.
     Undecided {
@@ -130,6 +135,7 @@ pub async fn prove_from_log(
                 return LogProof::Committed {
                     partition: w.partition,
                     offset,
+                    epoch,
                 };
             }
             Ok(TxnEnd::Aborted { offset, epoch }) => {
@@ -137,6 +143,7 @@ pub async fn prove_from_log(
                 return LogProof::Aborted {
                     partition: w.partition,
                     offset,
+                    epoch,
                 };
             }
             Err(why) => answers.push(format!("{topic}[{}] from offset {}: {why}", w.partition, w.offset)),

@@ -1268,7 +1268,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         };
         let config = self.options.sink.client_config()?;
         match crate::client::prove_from_log(&config, handle, &self.options.sink.topic, written, limits).await {
-            crate::client::LogProof::Committed { partition, offset } => {
+            crate::client::LogProof::Committed { partition, offset, .. } => {
                 self.stats.resolved_from_log += 1;
                 tracing::warn!(checkpoint, handle = %handle, partition, offset,
                     "commit proven from the log: a marked transaction the coordinator no longer shows committed");
