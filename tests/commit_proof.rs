@@ -217,7 +217,7 @@ async fn committed_then_fenced(brokers: &str, tag: &str, parallelism: u32, fault
             run.stderr
         );
     }
-    let java = common::java_read_committed(brokers, &out, RECORDS as usize + 1, 10_000);
+    let java = common::java_read_committed(brokers, &out, RECORDS as usize + 1, 5_000);
     match &java {
         Some(java) => {
             if let Some(diff) = difference(&expected, java) {
@@ -313,7 +313,9 @@ async fn one_transaction<'a>(
 /// transaction's records prove nothing (undecided, within the bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_proves_commits_and_aborts_and_nothing_else() {
-    use clink_kafka::client::{prove_from_log, CommitProof, Decision, LogProof, LogProofLimits, Resolver, Verdict};
+    use clink_kafka::client::{
+        prove_from_log, CommitProof, Decision, LogProof, LogProofLimits, Resolver, TransactionVersion, Verdict,
+    };
     let pairs = common::transaction_brokers();
     assert!(!pairs.is_empty() || std::env::var("CI").as_deref() != Ok("true"));
     for (brokers, version) in pairs {
@@ -339,12 +341,19 @@ async fn the_log_proves_commits_and_aborts_and_nothing_else() {
         fence(&cluster, &txn_id).await;
 
         let proof = prove_from_log(&config, &committed, &topic, &committed_at, limits).await;
+        // The COMMIT marker's epoch, as the broker wrote it: the
+        // transaction's own under version 1, one above under version 2
+        // (the coordinator bumps at every end, KIP-890).
+        let commit_epoch = match version {
+            TransactionVersion::V1 => committed.producer_epoch,
+            TransactionVersion::V2 => committed.producer_epoch + 1,
+        };
         assert!(
-            matches!(proof, LogProof::Committed { .. }),
-            "{brokers} ({version:?}): {proof:?}"
+            matches!(proof, LogProof::Committed { epoch, .. } if epoch == commit_epoch),
+            "{brokers} ({version:?}): {proof:?}, handle {committed}"
         );
         // Through the resolver: the coordinator says fenced, the log overturns it.
-        let resolver = Resolver::new(config.clone());
+        let resolver = Resolver::new(config.clone()).with_unreachable_after(Duration::from_secs(3));
         assert!(
             !resolver.resolve(&committed, Decision::Commit).await.is_committed(),
             "{brokers}: the coordinator no longer knows the fenced commit"
@@ -378,6 +387,11 @@ async fn the_log_proves_commits_and_aborts_and_nothing_else() {
         let past = [PartitionOffset::new(0, 1_000_000)];
         let proof = prove_from_log(&config, &committed, &topic, &past, limits).await;
         assert!(matches!(proof, LogProof::Undecided { .. }), "{brokers}: {proof:?}");
+        // The resolver holds on it: no verdict, rather than a guess.
+        let v = resolver
+            .resolve_proven(&committed, Decision::Commit, Some((&topic, &past)))
+            .await;
+        assert!(matches!(v, Verdict::Unreachable { .. }), "{brokers}: {v}");
         // Still open: nothing to prove within the bound; the resolver holds.
         let mut producer =
             TransactionalProducer::init(cluster.clone(), ProducerConfig::default(), TxnConfig::new(&txn_id))

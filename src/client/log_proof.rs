@@ -45,7 +45,8 @@ pub struct LogProofLimits {
     /// `max_bytes` (and the partition's) of each Fetch (default 1 MiB).
     pub fetch_max_bytes: i32,
     /// The most bytes read from one partition before it counts as
-    /// undecided (default 256 MiB).
+    /// undecided (default 1 GiB: network, not memory; an interval larger
+    /// than that on one partition holds the restore).
     pub max_bytes_per_partition: u64,
     /// The whole proof's bound (default 30 s).
     pub timeout: Duration,
@@ -55,7 +56,7 @@ impl Default for LogProofLimits {
     fn default() -> Self {
         LogProofLimits {
             fetch_max_bytes: 1024 * 1024,
-            max_bytes_per_partition: 256 * 1024 * 1024,
+            max_bytes_per_partition: 1024 * 1024 * 1024,
             timeout: Duration::from_secs(30),
         }
     }
@@ -71,6 +72,9 @@ pub enum LogProof {
         partition: i32,
         /// The marker's offset.
         offset: i64,
+        /// The marker's producer epoch (transaction.version 1: the
+        /// transaction's; 2: one above).
+        epoch: i16,
     },
     /// An ABORT marker of the transaction follows its records.
     Aborted {
@@ -78,6 +82,8 @@ pub enum LogProof {
         partition: i32,
         /// The marker's offset.
         offset: i64,
+        /// The marker's producer epoch.
+        epoch: i16,
     },
     /// The log proves neither: why, per partition.
     Undecided {
@@ -129,6 +135,7 @@ pub async fn prove_from_log(
                 return LogProof::Committed {
                     partition: w.partition,
                     offset,
+                    epoch,
                 };
             }
             Ok(TxnEnd::Aborted { offset, epoch }) => {
@@ -136,6 +143,7 @@ pub async fn prove_from_log(
                 return LogProof::Aborted {
                     partition: w.partition,
                     offset,
+                    epoch,
                 };
             }
             Err(why) => answers.push(format!("{topic}[{}] from offset {}: {why}", w.partition, w.offset)),

@@ -515,14 +515,14 @@ impl Resolver {
                 };
                 let answer = format!("{} ({detail})", reason.name());
                 verdict = match super::prove_from_log(&self.config, handle, topic, written, limits).await {
-                    super::LogProof::Committed { partition, offset } => Verdict::Committed {
+                    super::LogProof::Committed { partition, offset, .. } => Verdict::Committed {
                         proof: CommitProof::LogMarker {
                             answer,
                             partition,
                             offset,
                         },
                     },
-                    super::LogProof::Aborted { partition, offset } => Verdict::NotCommitted {
+                    super::LogProof::Aborted { partition, offset, .. } => Verdict::NotCommitted {
                         reason: reason.clone(),
                         detail: format!(
                             "{detail}; partition {partition}'s log holds its ABORT marker at offset {offset}"

@@ -54,8 +54,11 @@
 //! engine restored below it) is consumed at the next `open`, still before
 //! `init_transactions`: a read-only DescribeTransactions showing
 //! CompleteCommit / PrepareCommit under the handle's producer id means the
-//! commit landed (the receipt is written there), anything else means the
-//! init's abort is legitimate; no answer fails `open`. A queued segment in a
+//! commit landed (the receipt is written there); a transaction the
+//! coordinator no longer shows (not the open one) is checked against the
+//! log as above when the marker carries `written=`; anything else means the
+//! init's abort is legitimate; no answer (or a log that proves neither)
+//! fails `open`. A queued segment in a
 //! restored checkpoint never reached Kafka (its records lived in the dead
 //! process's memory): it is reported the same way as a NotCommitted one.
 //!
@@ -567,6 +570,9 @@ pub struct PendingMarker {
     pub horizon: Option<i64>,
     /// What its transaction covered (for the receipt a landed commit gets).
     pub coverage: Coverage,
+    /// Each output partition's first offset of the transaction (`written=`
+    /// line; empty in markers written before it existed).
+    pub written: Vec<PartitionOffset>,
 }
 
 /// Parses marker `sub<K>-<checkpoint>.unresolved`: `Ok(None)` for a final
@@ -601,11 +607,16 @@ pub fn parse_unresolved_marker(checkpoint: u64, text: &str) -> std::result::Resu
             .map_err(|e| format!("event_max: {e}"))?
             .unwrap_or_default(),
     };
+    let written = match field("written=") {
+        None => Vec::new(),
+        Some(w) => parse_written(w)?,
+    };
     Ok(Some(PendingMarker {
         checkpoint,
         handle,
         horizon,
         coverage,
+        written,
     }))
 }
 
@@ -809,6 +820,12 @@ impl ReceiptStore {
         }
         if !orphan.coverage.event_max.is_empty() {
             contents.push_str(&format!("event_max={}\n", encode_list(&orphan.coverage.event_max)));
+        }
+        let mut written = String::new();
+        push_written(&mut written, &orphan.written);
+        if let Some(w) = written.strip_prefix(';') {
+            contents.push_str(w);
+            contents.push('\n');
         }
         Self::write_durably(&path, &contents)?;
         Ok(Some(path))
@@ -1256,9 +1273,13 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
     /// Before `init_transactions` fences them: each transaction an earlier
     /// unreachable resolution left marked is described (read only). A
     /// commit that landed (CompleteCommit / PrepareCommit under the
-    /// handle's producer id) gets its receipt; anything else is undecided or
+    /// handle's producer id) gets its receipt; one the coordinator no longer
+    /// shows (overwritten by a fence or a timeout: not the open transaction
+    /// itself) is checked against the log when the marker names its first
+    /// offsets ([`Self::proven_from_log`]); anything else is undecided or
     /// aborted, so the init's abort is legitimate and the replay owes it.
-    /// While no broker answers, `open` fails rather than fence blind.
+    /// While no broker answers (or the log proves neither), `open` fails
+    /// rather than fence blind.
     async fn consume_markers(&mut self) -> Result<()> {
         let pending: Vec<PendingMarker> = self
             .receipts
@@ -1269,8 +1290,9 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         let Some(first) = pending.first().map(|m| m.checkpoint) else {
             return Ok(());
         };
+        let transactional_id = self.transactional_id.clone();
         let in_doubt = |checkpoint: u64, detail: String| ConnectorError::InDoubt {
-            transactional_id: self.transactional_id.clone(),
+            transactional_id: transactional_id.clone(),
             checkpoint,
             detail,
         };
@@ -1283,24 +1305,34 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             handle,
             horizon,
             coverage,
+            written,
         } in &pending
         {
             let described = admin
                 .describe_transactions(&[handle.transactional_id.as_str()])
                 .await
                 .map_err(|e| in_doubt(*checkpoint, format!("describing before fencing: {e}")))?;
-            let landed = match described.into_iter().next().map(|(_, d)| d) {
-                Some(Ok(d)) => {
+            // `open`: the marked transaction itself is still running.
+            let (mut landed, open) = match described.into_iter().next().map(|(_, d)| d) {
+                Some(Ok(d)) => (
                     matches!(
                         d.state,
                         TransactionState::CompleteCommit | TransactionState::PrepareCommit
                     ) && d.producer_id == handle.producer_id
-                        && d.producer_epoch >= handle.producer_epoch
-                }
-                Some(Err(e)) if e.kafka_code() == Some(TRANSACTIONAL_ID_NOT_FOUND) => false,
+                        && d.producer_epoch >= handle.producer_epoch,
+                    d.state == TransactionState::Ongoing
+                        && d.producer_id == handle.producer_id
+                        && d.producer_epoch == handle.producer_epoch,
+                ),
+                Some(Err(e)) if e.kafka_code() == Some(TRANSACTIONAL_ID_NOT_FOUND) => (false, false),
                 Some(Err(e)) => return Err(in_doubt(*checkpoint, format!("describing before fencing: {e}"))),
                 None => return Err(in_doubt(*checkpoint, "DescribeTransactions answered nothing".into())),
             };
+            if !landed && !open && !written.is_empty() {
+                // Overwritten since (fenced, timed out): the log may still
+                // hold its commit ("committed, then fenced").
+                landed = self.proven_from_log(*checkpoint, handle, written).await?;
+            }
             self.stats.markers_consumed += 1;
             if landed {
                 tracing::info!(checkpoint, handle = %handle, "a marked transaction's commit landed: receipted");
@@ -1314,6 +1346,38 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             self.receipts.retire_marker(*checkpoint);
         }
         Ok(())
+    }
+
+    /// A marked transaction the coordinator no longer shows: its COMMIT
+    /// marker proves it landed, its ABORT marker that it did not; a log
+    /// that proves neither fails `open` (held, not fenced blind).
+    async fn proven_from_log(
+        &mut self,
+        checkpoint: u64,
+        handle: &ResumeHandle,
+        written: &[PartitionOffset],
+    ) -> Result<bool> {
+        let limits = crate::client::LogProofLimits {
+            timeout: self.options.resolve_unreachable_after,
+            ..crate::client::LogProofLimits::default()
+        };
+        let config = self.options.sink.client_config()?;
+        match crate::client::prove_from_log(&config, handle, &self.options.sink.topic, written, limits).await {
+            crate::client::LogProof::Committed { partition, offset, .. } => {
+                self.stats.resolved_from_log += 1;
+                tracing::warn!(checkpoint, handle = %handle, partition, offset,
+                    "commit proven from the log: a marked transaction the coordinator no longer shows committed");
+                Ok(true)
+            }
+            crate::client::LogProof::Aborted { .. } => Ok(false),
+            crate::client::LogProof::Undecided { detail } => Err(ConnectorError::InDoubt {
+                transactional_id: self.transactional_id.clone(),
+                checkpoint,
+                detail: format!(
+                    "a marked transaction the coordinator no longer shows; the log proves neither: {detail}"
+                ),
+            }),
+        }
     }
 
     /// Counts and logs a commit the log proved (the coordinator had
@@ -2267,7 +2331,7 @@ mod tests {
             handle: Some(h),
             horizon: Some(55),
             coverage: cov9.clone(),
-            written: Vec::new(),
+            written: vec![PartitionOffset::new(1, 77)],
         };
         let marker = store
             .write_marker(&staged, "not committed: fenced", true)
@@ -2285,6 +2349,7 @@ mod tests {
                 handle: staged.handle.clone().unwrap(),
                 horizon: Some(55),
                 coverage: cov9.clone(),
+                written: vec![PartitionOffset::new(1, 77)],
             }]
         );
         assert!(store.check_writable().is_ok());

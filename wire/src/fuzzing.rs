@@ -191,7 +191,36 @@ pub fn record_batches(data: Bytes, verify_crc: bool) {
         assert_eq!(fast, slow, "fast and slow record parsers disagree");
     }
     let _ = RecordBatch::decode_exact(&data, &opts);
+    txn_end_scan(&data);
     streamed_batches(data, &opts);
+}
+
+/// The log-proof judge ([`crate::record::TxnEndScan`]) over the same bytes,
+/// looking for the first batch's own transaction (so mutations get past the
+/// first-offset check): never panics, and only a COMMIT or ABORT control
+/// record can end it.
+fn txn_end_scan(data: &Bytes) {
+    use crate::record::{PartitionView, ScanStep, TxnEnd, TxnEndQuery, TxnEndScan};
+    let Ok(Some((h, _))) = RecordBatch::peek(data, &DecodeOptions::default()) else {
+        return;
+    };
+    for tv in [1, 2] {
+        let Some(query) = TxnEndQuery::new(h.producer_id, h.producer_epoch, tv, h.base_offset) else {
+            continue;
+        };
+        let mut scan = TxnEndScan::new(query, 1 << 20);
+        let view = PartitionView {
+            high_watermark: h.base_offset.saturating_add(1 << 20),
+            last_stable_offset: h.base_offset,
+            log_start_offset: 0,
+        };
+        if let ScanStep::Ended(TxnEnd::Committed { epoch, .. }) = scan.handle_fetch(data, view) {
+            assert_eq!(
+                epoch, query.commit_epoch,
+                "a commit proven at an epoch the commit does not write"
+            );
+        }
+    }
 }
 
 /// The consumer's path: each compressed batch inflated chunk by chunk
