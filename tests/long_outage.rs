@@ -413,6 +413,7 @@ impl Engine {
 /// the replay through new sinks is exact.
 async fn sink_trait_scenario(ending: Ending) {
     let Some(brokers) = common::brokers() else { return };
+    let logs = common::connector::capture_logs();
     let started = Instant::now();
     let label = format!("Sink trait {ending:?}");
     let cluster = common::cluster(common::config(&brokers)).await;
@@ -490,9 +491,25 @@ async fn sink_trait_scenario(ending: Ending) {
         .flat_map(|s| records(s, 0, 1_000).into_iter().map(|(t, _)| t.to_string()))
         .collect();
     expected.sort();
+    // Subtask 0 swallowed exactly its 400 records of checkpoint 2 (300..700).
+    let retired: Vec<String> = logs
+        .contents()
+        .lines()
+        .filter(|l| l.contains("replay suppression retired") && l.contains(&format!("{txn_id}-")))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        retired.len() == 1
+            && retired[0].contains(&format!("transactional_id={txn_id}-0"))
+            && retired[0].contains("suppressed=400"),
+        "{label}: subtask 0's suppression must swallow its 400 committed records and retire: {retired:?}"
+    );
     assert_exactly_once(&brokers, &topic, &expected, &label);
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("{label}: 0 duplicates, 0 missing ({:.0?})", started.elapsed());
+    eprintln!(
+        "{label}: 400 replayed records suppressed, 0 duplicates, 0 missing ({:.0?})",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,11 @@
 //! position arrived (offsets only grow within one source's life);
 //! suppression retires when every armed partition has.
 //!
-//! Condition: positions are keyed by (input topic, partition). A
+//! Conditions: a sink subtask must get, on replay, the same records of
+//! each input partition it got before (a forward or keyed route from the
+//! source, as `clink-kafka copy` has; a round-robin route could hand it a
+//! replayed record another subtask had). Positions are keyed by (input
+//! topic, partition). A
 //! [`KafkaMessage`](super::KafkaMessage) carries no topic, so a sink fed from
 //! several input topics must name each batch's topic
 //! ([`TwoPhaseCommitSink::send_batch_from`](super::TwoPhaseCommitSink::send_batch_from));
