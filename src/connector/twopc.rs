@@ -2288,6 +2288,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// After an abort the aborted interval's records lie below every later
+    /// barrier without being committed: later staged rows (and receipts)
+    /// carry no coverage and no horizon, so their replay is published again.
+    #[tokio::test]
+    async fn an_abort_stops_the_coverage_later_barriers_stage() {
+        let (mut sink, _) = scripted(0);
+        sink.open_sink().await.unwrap();
+        sink.send_batch(read(&[(0, 1)])).await.unwrap();
+        Sink::on_watermark(&mut sink, 5);
+        let rows = sink.barrier(1).await.unwrap();
+        let staged = StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap();
+        assert_eq!(staged.coverage.positions.map(|p| p.len()), Some(1));
+        assert_eq!(staged.horizon, Some(5));
+        sink.abort(1).await.unwrap();
+        sink.send_batch(read(&[(0, 2)])).await.unwrap();
+        let rows = sink.barrier(2).await.unwrap();
+        let staged = StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap();
+        assert_eq!((staged.coverage, staged.horizon), (Coverage::default(), None));
+    }
+
     /// By event time through the `Sink` trait's timed channel: strictly
     /// below the highest event time the receipted transaction held (a
     /// record at it may have been read after the barrier: published
