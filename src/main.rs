@@ -51,7 +51,9 @@ enum Command {
     Roundtrip(cli::roundtrip::RoundtripArgs),
     /// Copy a topic exactly once: a source, a two-phase-commit sink and a
     /// checkpoint coordinator with its state in --state-dir (restartable
-    /// after any crash; see --help for the fault points).
+    /// after any crash; see --help for the fault points). One process per
+    /// job: a second copy on the same --state-dir waits for the first to
+    /// exit (--lock-wait-ms), then gives up with exit code 4.
     Copy(cli::copy::CopyArgs),
     /// Transactions: list, describe, resolve an in-doubt one.
     Txn(cli::txn::TxnArgs),

@@ -2,7 +2,9 @@
 //! bounded rounds of (start `clink-kafka copy`; SIGKILL the broker leading a
 //! random output partition or (odd rounds) coordinating the job's
 //! transactional id;
-//! SIGKILL the copy; start the broker again), while the input is still being
+//! start a second copy on the same state directory while the first still
+//! runs, which must wait for its lock; SIGKILL the first, then the second
+//! once it took over; start the broker again), while the input is still being
 //! written, then one last start that runs to exit 0. Kafka's own Java console
 //! consumer, reading with read_committed, must find every input record
 //! exactly once. The rounds' choices come from a seed that is printed
@@ -20,6 +22,18 @@ use common::proxy::{fault_seed, Rng};
 const BIN: &str = env!("CARGO_BIN_EXE_clink-kafka");
 const RECORDS: usize = 45_000;
 const ROUNDS: usize = 3;
+
+/// Whether `path` holds `needle` within `timeout`.
+async fn wait_for_line(path: &std::path::Path, needle: &str, timeout: Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
 
 fn millis(rng: &mut Rng, lo: usize, hi: usize) -> Duration {
     Duration::from_millis(rng.range(lo, hi) as u64)
@@ -93,6 +107,24 @@ async fn copy_is_exactly_once_through_broker_kills_and_its_own_sigkills() {
         assert!(victim > 0, "round {round}: no broker to kill ({role})");
         kc::kill(victim).await;
         broker_kills += 1;
+        // A restart while the old copy still lives (a supervisor that did
+        // not wait): it must wait for the old one's state-dir lock, not run
+        // beside it.
+        let successor_name = format!("round-{round}-successor");
+        let mut successor = spawn(&successor_name);
+        let waiting = format!("is locked by another copy (pid {}", child.id());
+        let contended = wait_for_line(
+            &work.join(format!("{successor_name}.err")),
+            &waiting,
+            Duration::from_secs(10),
+        )
+        .await;
+        let successor_err = || std::fs::read_to_string(work.join(format!("{successor_name}.err"))).unwrap_or_default();
+        assert!(
+            contended && !successor_err().contains("starting at checkpoint"),
+            "round {round}: the second copy must wait for the first's lock; its stderr:\n{}",
+            successor_err()
+        );
         tokio::time::sleep(millis(&mut rng, 500, 3_000)).await;
         let exited = child.try_wait().unwrap();
         child.kill().ok();
@@ -104,7 +136,33 @@ async fn copy_is_exactly_once_through_broker_kills_and_its_own_sigkills() {
                 std::fs::read_to_string(work.join(format!("round-{round}.err"))).unwrap_or_default()
             ),
         }
-        eprintln!("round {round}: SIGKILLed broker {victim} ({role}), then the copy ({status})");
+        // The successor takes over (restores from the old one's state
+        // while the broker is still down) and is SIGKILLed in its turn.
+        let took_over = wait_for_line(
+            &work.join(format!("{successor_name}.err")),
+            "the other copy is gone",
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(
+            took_over,
+            "round {round}: the successor never took the lock over:\n{}",
+            successor_err()
+        );
+        tokio::time::sleep(millis(&mut rng, 500, 2_000)).await;
+        if let Some(s) = successor.try_wait().unwrap() {
+            panic!(
+                "round {round}: the successor exited by itself ({s}); stderr:\n{}",
+                successor_err()
+            );
+        }
+        successor.kill().ok();
+        successor.wait().unwrap();
+        process_kills += 1;
+        eprintln!(
+            "round {round}: SIGKILLed broker {victim} ({role}), then the copy ({status}) while its successor \
+             waited for the lock, then the successor"
+        );
         kc::start(victim).await;
         kc::wait_in_sync(&cluster, &output, Duration::from_secs(120)).await;
         feeder.await.expect("feeding the input");

@@ -362,6 +362,7 @@ async fn close_aborts_the_open_tail_and_leaves_the_prepared_one_for_the_restored
                 handle: None,
                 horizon: None,
                 coverage: Default::default(),
+                written: Vec::new(),
             }
             .to_row(),
         );
@@ -516,6 +517,8 @@ async fn an_expired_prepared_transaction_is_an_unresolved_orphan() {
         let o = &orphans[0];
         assert_eq!((o.checkpoint, o.records), (1, 30));
         assert!(o.reason.contains("not committed"), "{}", o.reason);
+        // The coordinator's answer is confirmed by the log: its ABORT marker.
+        assert!(o.reason.contains("ABORT marker"), "{}", o.reason);
         let marker = o.marker.clone().expect("a marker under receipt_dir");
         assert_eq!(marker, f.receipts.join("sub0-1.unresolved"));
         let text = std::fs::read_to_string(&marker).unwrap();
@@ -564,6 +567,7 @@ async fn an_unreachable_broker_fails_open_and_is_never_a_verdict() {
         handle: Some(handle),
         horizon: None,
         coverage: Default::default(),
+        written: Vec::new(),
     }
     .to_row();
     sink.restore(&[row]).unwrap();

@@ -792,6 +792,27 @@ fn rdkafka_without_the_feature_is_a_build_error_naming_the_feature() {
 /// native one does (its librdkafka links OpenSSL, zlib and zstd);
 /// `kafka.<property>` reaches librdkafka verbatim, validated by librdkafka
 /// when the operator is built (a named difference: natively it is refused).
+/// `two_phase_commit = 'kip939'` needs the native client (librdkafka has
+/// no KIP-939): the rdkafka backend refuses it when the sink is built,
+/// naming the option; `resume` builds on both.
+#[cfg(feature = "rdkafka")]
+#[test]
+fn kip939_is_refused_on_rdkafka_naming_the_option() {
+    let base = [("transactional_id", "tx"), ("receipts_in_memory", "true")];
+    let with = |mode| {
+        let mut v = base.to_vec();
+        v.push(("two_phase_commit", mode));
+        v
+    };
+    let e = build_on("rdkafka", FactoryKind::TwoPhaseCommitSink, &with("kip939")).unwrap_err();
+    assert_eq!(e.option(), Some("two_phase_commit"), "{e}");
+    assert!(e.to_string().contains("native backend"), "{e}");
+    build_on("native", FactoryKind::TwoPhaseCommitSink, &with("kip939")).expect("native builds kip939");
+    for backend in ["native", "rdkafka"] {
+        build_on(backend, FactoryKind::TwoPhaseCommitSink, &with("resume")).expect(backend);
+    }
+}
+
 #[cfg(feature = "rdkafka")]
 #[test]
 fn rdkafka_builds_what_native_builds_and_validates_the_passthrough() {
@@ -1068,6 +1089,7 @@ fn every_option_of_every_factory_is_shown_to_act() {
         ("replay_suppression", &["tests/connector_2pc.rs::receipts_confirm_commits_and_arm_replay_suppression"]),
         ("receipt_dir", &["tests/connector_2pc.rs::a_committed_checkpoint_is_visible_and_an_aborted_one_never_is"]),
         ("receipts_in_memory", &["src/connector/registry.rs::a_2pc_sink_needs_a_place_for_receipts_or_an_explicit_opt_in"]),
+        ("two_phase_commit", &["tests/kip939.rs::kip939_prepared_transactions_outlive_the_transaction_timeout", "tests/connector_options.rs::kip939_is_refused_on_rdkafka_naming_the_option", "tests/kip939.rs::a_broker_without_kip939_refuses_it_naming_the_option", "src/connector/options.rs::two_phase_commit_takes_resume_or_kip939_and_names_itself_otherwise"]),
         ("format", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source", "tests/connector_registry.rs::json_schema_round_trips_and_interoperates_both_ways_with_an_independent_peer"]),
         ("schema_registry_url", &["tests/connector_registry.rs::avro_round_trips_through_the_text_sink_the_broker_the_registry_and_the_text_source"]),
         ("schema_registry_subject", &["src/connector/options.rs::sink_options_reach_the_producer_and_registry_configs"]),

@@ -368,6 +368,7 @@ fn pruned_to_the_last_checkpoint(state: &Path, last: u64, parallelism: u32) -> R
     let want = [
         format!("COMPLETED-{last}"),
         format!("CONFIRMED-{last}"),
+        "LOCK".to_owned(),
         "_jobs".to_owned(),
         format!("chk-{last}.state"),
     ];
@@ -625,9 +626,9 @@ fn an_unknown_fault_point_is_refused_naming_the_allowed_ones() {
     );
 }
 
-/// Input of the parallel runs, and records per checkpoint (a poll round
-/// hands over at most 100 records per subtask, so a checkpoint spans at
-/// least five rounds: every subtask with records left has some in every
+/// Input of the parallel runs, and records per checkpoint (a batch holds at
+/// most 100 records, and a due checkpoint waits until every subtask sent
+/// records in its interval or polled nothing: every subtask with records left has some in every
 /// checkpoint, which its sink-side points need). Thirty checkpoints per full copy; each kill uses
 /// up at most about one, so every kill of the chain still finds records.
 const PARALLEL_RECORDS: u64 = 60_000;
@@ -1143,6 +1144,132 @@ async fn copy_at_least_once_loses_nothing_across_a_kill() {
         "at-least-once: {} records read for {RECORDS} input, {} duplicates from the replay",
         got.len(),
         got.len() - expected.len()
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The state directory's lock file, once it names `pid` (the holder writes
+/// `pid=<pid>` after taking it); false after `within`.
+fn lock_names(state: &Path, pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(state.join("LOCK")).is_ok_and(|t| t.trim() == format!("pid={pid}")) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// One process per job: while a copy runs, a second one on the same state
+/// directory allowed to wait 300 ms refuses (exit 4, naming the holder's
+/// pid, having touched nothing), and a third waits (saying so) until the
+/// first exits, then restores from its last checkpoint and finds nothing
+/// more to copy. The output holds every record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_copy_on_the_same_state_dir_waits_for_the_first_or_refuses() {
+    let Some(brokers) = common::brokers() else { return };
+    let started = Instant::now();
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let input = common::unique_topic("eo-lock-in");
+    let expected = fill_input(&cluster, &input, PARTITIONS).await;
+    let out = common::unique_topic("eo-lock-out");
+    common::create_topic(&cluster, NewTopic::new(&out, PARTITIONS, 1)).await;
+    let work = std::env::temp_dir().join(format!("{out}-work"));
+    let state = work.join("state");
+    std::fs::create_dir_all(&work).unwrap();
+    let txn_id = format!("{out}-txn");
+    let copy = |name: &str, extra: &[&str]| {
+        Command::new(BIN)
+            .arg("copy")
+            .args(["--backend", common::connector::backend()])
+            .args(["--brokers", &brokers, "--from", &input, "--to", &out])
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--transactional-id", &txn_id])
+            .args(["--checkpoint-every-records", "2500", "--until-idle-ms", "2000"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .env_remove("CLINK_KAFKA_FAULT")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(work.join(format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(work.join(format!("{name}.err"))).unwrap())
+            .spawn()
+            .expect("spawning clink-kafka copy")
+    };
+    let read = |name: &str, ext: &str| std::fs::read_to_string(work.join(format!("{name}.{ext}"))).unwrap_or_default();
+    let wait = |mut child: std::process::Child, name: &str| -> ExitStatus {
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "copy {name} ran longer than {RUN_TIMEOUT:?}; stderr:\n{}",
+                    read(name, "err")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // No --expected: the first copy stays (idle) for 2 s after the input.
+    let first = copy("first", &[]);
+    let pid = first.id();
+    assert!(
+        lock_names(&state, pid, Duration::from_secs(30)),
+        "the first copy never took the lock; stderr:\n{}",
+        read("first", "err")
+    );
+    let refused = wait(copy("refused", &["--lock-wait-ms", "300"]), "refused");
+    let err = read("refused", "err");
+    assert_eq!(
+        refused.code(),
+        Some(4),
+        "the second copy must refuse (exit 4); stderr:\n{err}"
+    );
+    assert!(
+        err.contains(&format!("is still locked by another copy (pid {pid})"))
+            && !err.contains("starting at checkpoint"),
+        "{err}"
+    );
+    let waiter = copy("waiter", &[]);
+    let waiter_pid = waiter.id();
+    let status = wait(first, "first");
+    assert!(
+        status.success(),
+        "the first copy: {status}; stderr:\n{}",
+        read("first", "err")
+    );
+    let (records, _) = done_line(&read("first", "out")).expect("the first copy's copy-done line");
+    assert_eq!(records, RECORDS);
+    assert!(
+        lock_names(&state, waiter_pid, Duration::from_secs(30)),
+        "the waiter never took the lock"
+    );
+    let status = wait(waiter, "waiter");
+    let err = read("waiter", "err");
+    assert!(status.success(), "the waiting copy: {status}; stderr:\n{err}");
+    let waited = err.find(&format!("is locked by another copy (pid {pid}"));
+    let ran = err.find("starting at checkpoint");
+    assert!(
+        waited.is_some() && ran.is_some() && waited < ran && err.contains("the other copy is gone"),
+        "the third copy must wait for the first, then run; stderr:\n{err}"
+    );
+    let (records, _) = done_line(&read("waiter", "out")).expect("the waiter's copy-done line");
+    assert_eq!(
+        records, RECORDS,
+        "the waiter restores the first's count and copies nothing more"
+    );
+    let ours = common::read_committed_values(&cluster, &out, PARTITIONS, RECORDS as usize).await;
+    if let Some(diff) = multiset_difference(&expected, &ours) {
+        panic!("our read_committed view of {out}: {diff}");
+    }
+    eprintln!(
+        "lock: refused with exit 4, waited, then ran; {RECORDS} records: 0 duplicates, 0 losses ({:.0?})",
+        started.elapsed()
     );
     let _ = std::fs::remove_dir_all(&work);
 }

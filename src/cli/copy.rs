@@ -9,21 +9,59 @@
 //! protocol (markers, state files, restore decisions, pruning) is the
 //! library's.
 //!
+//! # Subtasks and the driver
+//!
+//! After the restore each subtask runs in its own tokio task, which owns
+//! its source and sink and loops {poll the source; send the batch to the
+//! sink; count it}: a slow or empty source sets no one else's pace (the
+//! rounds that waited for every subtask's poll made parallelism 4 three to
+//! five times slower than parallelism 1 on the same input). The driver
+//! talks to a task only through commands served between two of its batches
+//! (`Barrier(n)`, `Commit(n)`, `Stop`, `Close`; a poll waiting for records
+//! is dropped for a command, which the source is cancel safe for; a send to
+//! the sink never is). It counts the records sent across subtasks (a shared
+//! counter, pulsed after each batch) to decide when a checkpoint is due; the
+//! count a checkpoint records is the exact sum its barriers report. A due
+//! checkpoint waits (at most 500 ms) until every subtask sent records in the
+//! interval or has polled nothing for 50 ms, so a subtask whose fetch is a
+//! moment late is not left out of it (its sink-side fault points need a
+//! transaction in every checkpoint while it has records). With
+//! `--checkpoint-every-records` a subtask that sent records in the interval
+//! polls no more once the count is reached, until the barrier: the cut
+//! lands within a batch per subtask of the trigger even while the driver is
+//! still busy confirming the previous checkpoint. A task that fails or panics ends
+//! the job with its error, the subtask named.
+//!
+//! # One process per job
+//!
+//! `copy` holds `DIR/LOCK` exclusively (`flock`) for its whole run, taken
+//! before the state directory is read or a broker reached, and writes its
+//! pid into it; the OS releases it when the process dies (SIGKILL
+//! included). A second copy on the same directory waits for it up to
+//! `--lock-wait-ms` (default 30 s), saying once which pid holds it, then
+//! gives up with exit code 4: two instances never run at once, so neither
+//! fences the other's transactions nor writes over its checkpoints.
+//!
 //! # Checkpoint `n` (the steps, in order)
 //!
 //! 1. batches flow from each source into its sink's open transaction
-//!    (`on_data`); when `--checkpoint-every-records` records (or
-//!    `--checkpoint-interval-ms`) have passed, or the sources went idle, or
-//!    `--expected` records are in:
-//! 2. for each subtask: `source.snapshot()` and `sink.on_barrier(n)` (flush,
-//!    seal the transaction PREPARED; its state row carries the resume
-//!    handle, no secret); the coordinator collects the rows;
+//!    (`on_data`); when `--checkpoint-every-records` records (across
+//!    subtasks, or `--checkpoint-interval-ms`) have passed, or the sources
+//!    went idle, or `--expected` records are in (the last two stop every
+//!    subtask's polling first):
+//! 2. for each subtask at once, in its task between two batches:
+//!    `source.snapshot()` and `sink.on_barrier(n)` (flush, seal the
+//!    transaction PREPARED; its state row carries the resume handle, no
+//!    secret): the same point of its stream; the task then polls nothing
+//!    until its commit; the coordinator collects the rows;
 //! 3. checkpoint `n`'s state — every subtask's rows plus the running record
 //!    count — goes to `DIR/chk-<n>.state` (temporary file, fsync, rename,
 //!    fsync of the directory);
 //! 4. `DIR/COMPLETED-<n>` is written the same way;
-//! 5. for each subtask: `sink.on_commit(n)`: EndTxn(commit), then the sink's
-//!    receipt `DIR/_jobs/<job>/receipts/sub<i>-<n>` (fsync + rename);
+//! 5. for each subtask, one after the other in subtask order:
+//!    `sink.on_commit(n)`: EndTxn(commit), then the sink's
+//!    receipt `DIR/_jobs/<job>/receipts/sub<i>-<n>` (fsync + rename); the
+//!    subtask polls again;
 //! 6. `DIR/CONFIRMED-<n>` once every subtask's commit returned; everything
 //!    below `n` is pruned (state files, markers, receipts and markers of
 //!    every subtask).
@@ -85,7 +123,7 @@
 //! | `after-barrier` | `n` prepared in Kafka (for the subtasks up to this one), no state file | `n` never happened: restore from `n-1`; the inits abort the prepared transactions; replay |
 //! | `after-state-written` | `chk-n.state`, no COMPLETED-n | same as `after-barrier` |
 //! | `after-completed` | COMPLETED-n, no commit sent | restore `n` unconfirmed: the resolvers commit it over the wire, CONFIRMED-n |
-//! | `after-end-txn` | a subtask's EndTxn acknowledged, no receipt (inside the sink) | restore `n` unconfirmed: that subtask's EndTxn again reads fenced, DescribeTransactions proves the commit, receipt materialised; later subtasks committed over the wire; CONFIRMED-n |
+//! | `after-end-txn` | a subtask's EndTxn acknowledged, no receipt (inside the sink) | restore `n` unconfirmed: that subtask's EndTxn again reads fenced, DescribeTransactions proves the commit (or, the id fenced meanwhile, its COMMIT marker in the log), receipt materialised; later subtasks committed over the wire; CONFIRMED-n |
 //! | `after-commit` | a subtask's receipt written, no CONFIRMED-n | restore `n` unconfirmed: the receipts prove the commits up to this subtask, the rest resolved over the wire, CONFIRMED-n |
 //! | `after-confirmed` | CONFIRMED-n | restore from the confirmed `n` |
 //! | `after-resolve` | at a restore of an unconfirmed `n`: a subtask's resolver committed, no receipt yet | restore `n` unconfirmed again: resolved over the wire again |
@@ -93,23 +131,25 @@
 //!
 //! For the checkpoint points, k counts checkpoints this process took.
 
-use std::future::Future;
-use std::path::PathBuf;
-use std::pin::Pin;
-use std::task::Poll;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use clink_kafka::client::ClientConfig;
 use clink_kafka::connector::checkpoint::{CheckpointState, CheckpointStore, Coordinator, RestoreDecision, RestorePlan};
-use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitOptions};
+use clink_kafka::connector::options::{SourceOptions, TwoPhaseCommitMode, TwoPhaseCommitOptions};
 use clink_kafka::connector::security::SecurityConfig;
 use clink_kafka::connector::selected::{SelectedConsumer, SelectedProducer, SelectedTransactionalProducer};
 use clink_kafka::connector::{
     selected, ConnectorError, KafkaMessage, KafkaSink, KafkaSource, ResumeRow, Sink, Source, StateRow,
     TwoPhaseCommitSink,
 };
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::{JoinError, JoinSet};
 
 use super::{thousands, ConnectArgs};
 
@@ -190,6 +230,12 @@ pub struct CopyArgs {
     /// the replica in this rack when the brokers' replica selector names one.
     #[arg(long, value_name = "RACK")]
     pub client_rack: Option<String>,
+    /// How long to wait for another copy holding --state-dir (its lock,
+    /// <DIR>/LOCK) to exit before giving up with exit code 4. One job, one
+    /// process: a second copy on the same state directory never runs beside
+    /// the first.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub lock_wait_ms: u64,
     /// The sinks' replay_suppression: after a fallback below commits a
     /// subtask already made (receipted), swallow exactly its replayed
     /// records those commits published (judged by input position: each
@@ -197,9 +243,18 @@ pub struct CopyArgs {
     /// false: the replay publishes them again.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub replay_suppression: bool,
-    /// The sinks' transaction timeout (transaction.timeout.ms): the broker
-    /// aborts a transaction left open or prepared longer (tests of long
-    /// outages).
+    /// The sinks' two_phase_commit: resume (a prepared transaction is
+    /// committed at the restore with its staged handle; one the broker
+    /// aborted on its transaction timeout during a long outage is replayed)
+    /// or kip939 (KIP-939: the broker never aborts a prepared transaction on
+    /// its timeout, so the restore commits it however long the job was down;
+    /// needs brokers with transaction.two.phase.commit.enable=true and
+    /// InitProducerId v6, and the native backend).
+    #[arg(long, value_name = "MODE", default_value = "resume", value_parser = ["resume", "kip939"])]
+    pub two_phase_commit: String,
+    /// The sinks' transaction timeout (transaction.timeout.ms, default
+    /// 60000): the broker aborts a transaction left open or prepared longer
+    /// (unless --two-phase-commit kip939); tests of long outages.
     #[arg(long, value_name = "MS", hide = true)]
     pub transaction_timeout_ms: Option<u64>,
 }
@@ -212,6 +267,71 @@ fn connector_security(config: &ClientConfig) -> SecurityConfig {
         sasl: config.sasl.clone(),
         tls: config.security_protocol.uses_tls().then(|| config.tls.clone()),
     }
+}
+
+/// The lock file in the state directory.
+const LOCK_FILE: &str = "LOCK";
+
+/// How often a copy waiting for the state directory's lock tries again.
+const LOCK_RETRY: Duration = Duration::from_millis(100);
+
+/// Takes `<dir>/LOCK` exclusively (`flock`), waiting up to `wait` for the
+/// copy that holds it to exit (saying so once, with the pid the holder
+/// wrote into the file); `None` when it still holds it then. The lock lives
+/// as long as the returned file: the whole run (the OS releases it when the
+/// process dies, SIGKILL included). The holder writes `pid=<pid>` into it.
+async fn lock_state_dir(dir: &Path, wait: Duration) -> anyhow::Result<Option<std::fs::File>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating --state-dir {}", dir.display()))?;
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening the state directory's lock {}", path.display()))?;
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        let holder = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().strip_prefix("pid=")?.parse::<u32>().ok())
+            .map_or_else(|| "pid unknown".to_owned(), |pid| format!("pid {pid}"));
+        if started.elapsed() >= wait {
+            eprintln!(
+                "copy: --state-dir {} is still locked by another copy ({holder}) after {} ms: not starting (one \
+                 process per job; exit code {})",
+                dir.display(),
+                wait.as_millis(),
+                super::exit::COPY_LOCKED
+            );
+            return Ok(None);
+        }
+        if !told {
+            told = true;
+            eprintln!(
+                "copy: --state-dir {} is locked by another copy ({holder}, {}): waiting up to {} ms for it to exit",
+                dir.display(),
+                path.display(),
+                wait.as_millis()
+            );
+        }
+        tokio::time::sleep(LOCK_RETRY).await;
+    }
+    if told {
+        eprintln!("copy: the other copy is gone; --state-dir {} is ours", dir.display());
+    }
+    file.set_len(0)
+        .and_then(|()| file.write_all(format!("pid={}\n", std::process::id()).as_bytes()))
+        .with_context(|| format!("writing our pid into {}", path.display()))?;
+    Ok(Some(file))
 }
 
 /// The driver's own row in each checkpoint: records copied up to it.
@@ -368,6 +488,11 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     }
     #[cfg(feature = "failpoints")]
     super::fault::arm_faults(args.parallelism)?;
+    // Before anything reads the state directory or reaches a broker (an
+    // init would fence the running instance's transactions).
+    let Some(_lock) = lock_state_dir(&args.state_dir, Duration::from_millis(args.lock_wait_ms)).await? else {
+        return Ok(super::exit::COPY_LOCKED);
+    };
     let _metrics = args.metrics.start().await?;
     let trigger = match (args.checkpoint_every_records, args.checkpoint_interval_ms) {
         (Some(0), _) => bail!("--checkpoint-every-records must be at least 1"),
@@ -404,11 +529,13 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         sink_options.sink.subtask_index = index;
         sink_options.parallelism = args.parallelism;
         sink_options.replay_suppression = args.replay_suppression;
+        sink_options.two_phase_commit = TwoPhaseCommitMode::parse("--two-phase-commit", &args.two_phase_commit)?;
         if let Some(ms) = args.transaction_timeout_ms {
-            if ms == 0 {
-                bail!("--transaction-timeout-ms must be at least 1");
+            if ms == 0 || ms > i32::MAX as u64 {
+                bail!("--transaction-timeout-ms must be between 1 and {} (got {ms})", i32::MAX);
             }
             sink_options.transaction_timeout = Duration::from_millis(ms);
+            sink_options.sink.producer.delivery_timeout = Some(sink_options.transaction_timeout);
         }
         let sink = if args.guarantee == "at-least-once" {
             CopySink::AtLeastOnce(Box::new(
@@ -428,9 +555,9 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         source_options.subtask_index = index;
         source_options.source_parallelism = args.parallelism;
         if args.parallelism > 1 {
-            // Every poll round waits for each subtask's produce: an idle
-            // source (no partition, or drained) must not hold the busy ones
-            // back for the default 100 ms.
+            // A due checkpoint waits for each subtask's batch or empty poll
+            // of the interval: a drained source (or one without partitions)
+            // says so after 10 ms, not the default 100.
             source_options.poll_timeout = Duration::from_millis(10);
         }
         if let Some(n) = args.max_batch_records {
@@ -497,63 +624,95 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     );
 
     let until_idle = Duration::from_millis(args.until_idle_ms);
+    let shared = Arc::new(Shared::new(subtasks.len(), trigger));
+    let mut tasks = Tasks::spawn(subtasks, &shared);
     let mut last_record = Instant::now();
     let mut last_checkpoint = Instant::now();
-    let mut since_checkpoint = 0u64;
+    // Records the subtasks sent to their sinks in this process: seen by the
+    // driver so far, and inside this process's checkpoints.
+    let mut seen = 0u64;
+    let mut checkpointed = 0u64;
+    let mut due_since: Option<Instant> = None;
     let mut checkpoints = 0u64;
     let mut last = None;
     let mut progress = super::progress::Progress::new("copy");
     loop {
-        let mut emitted = 0usize;
-        let polled = produce_all(&mut subtasks).await;
-        for (s, (produced, batches)) in subtasks.iter_mut().zip(polled) {
-            emitted += produced.context("reading the source")?;
-            for batch in batches {
-                if batch.is_empty() {
-                    continue;
-                }
-                s.watermarks.observe(&batch);
-                s.sink.send_batch(batch).await.context("writing to the sink")?;
-                if let Some(w) = s.watermarks.current() {
-                    s.sink.on_watermark(w);
-                }
-                fault_point!(MidBatch, Some(s.index));
-            }
-        }
-        if emitted > 0 {
+        let sent = shared.records.load(Ordering::Acquire);
+        if sent != seen {
+            seen = sent;
             last_record = Instant::now();
-            since_checkpoint += emitted as u64;
         }
+        let since_checkpoint = sent - checkpointed;
         progress.update(total + since_checkpoint, || None);
         let idle = last_record.elapsed() >= until_idle;
         let reached = args.expected.is_some_and(|e| total + since_checkpoint >= e);
-        let due = match trigger {
-            Trigger::Records(n) => since_checkpoint >= n,
-            Trigger::Interval(d) => last_checkpoint.elapsed() >= d,
-        };
-        if since_checkpoint > 0 && (due || idle || reached) {
-            let records = total + since_checkpoint;
-            let id = checkpoint(&mut coordinator, &mut subtasks, records).await?;
-            total = records;
-            since_checkpoint = 0;
-            checkpoints += 1;
-            last = Some(id);
-            last_checkpoint = Instant::now();
-            progress.finish();
-            eprintln!("copy: checkpoint {id} confirmed: {} records copied", thousands(total));
-            continue;
-        }
-        if since_checkpoint == 0 {
+        if reached || idle {
+            // The end: every subtask stops polling (between batches), then
+            // one last checkpoint takes whatever they sent since the last.
+            let left = tasks.stop().await?;
+            if left > 0 {
+                progress.finish();
+                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total, |_| {}).await?;
+                total += counted;
+                checkpoints += 1;
+                last = Some(id);
+                eprintln!("copy: checkpoint {id} confirmed: {} records copied", thousands(total));
+            }
             if let Some(e) = args.expected {
                 if total > e {
                     bail!("copied {total} records, more than --expected {e}");
                 }
             }
-            if reached || idle {
-                break;
+            break;
+        }
+        let due = since_checkpoint > 0
+            && match trigger {
+                Trigger::Records(n) => since_checkpoint >= n,
+                Trigger::Interval(d) => last_checkpoint.elapsed() >= d,
+            };
+        if due {
+            // A due checkpoint waits (at most READY_WAIT) until every
+            // subtask sent records in this interval or went idle: a
+            // subtask whose fetch is a moment late still has its records in
+            // the checkpoint (its sink-side fault points need a transaction
+            // in every checkpoint while it has records left).
+            let since = *due_since.get_or_insert_with(Instant::now);
+            if shared.all_ready() || since.elapsed() >= READY_WAIT {
+                due_since = None;
+                progress.finish();
+                let next = |counted: u64| {
+                    if let Trigger::Records(n) = trigger {
+                        shared.pause_at.store(checkpointed + counted + n, Ordering::Release);
+                    }
+                };
+                let (id, counted) = checkpoint(&mut coordinator, &mut tasks, total, next).await?;
+                checkpointed += counted;
+                total += counted;
+                checkpoints += 1;
+                last = Some(id);
+                last_checkpoint = Instant::now();
+                eprintln!("copy: checkpoint {id} confirmed: {} records copied", thousands(total));
+                continue;
             }
         }
+        // Until a batch is sent or a subtask turns ready, a deadline
+        // passes, or a subtask's task ends (an error or a panic: the job
+        // ends with it).
+        let mut wake = last_record + until_idle;
+        if let (Trigger::Interval(d), true) = (trigger, since_checkpoint > 0) {
+            wake = wake.min(last_checkpoint + d);
+        }
+        if let Some(t) = due_since {
+            wake = wake.min(t + READY_WAIT);
+        }
+        tokio::select! {
+            biased;
+            ended = tasks.set.join_next_with_id() => return Err(tasks.failure(ended)),
+            () = shared.notify.notified() => {}
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+        }
     }
+    let mut subtasks = tasks.close().await?;
     progress.finish();
     for s in &mut subtasks {
         s.source.close().await.context("closing the source")?;
@@ -591,36 +750,6 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         }
         _ => Ok(super::exit::OK),
     }
-}
-
-type Polled = (clink_kafka::connector::Result<usize>, Vec<Vec<KafkaMessage>>);
-
-/// One `produce` of every subtask's source, concurrently (an idle source
-/// waits its poll timeout; the others' batches do not wait behind it).
-/// Results in subtask order.
-///
-/// Every round waits for every subtask, so a round is as slow as its
-/// slowest source (parallelism 4 copied 1M records in 4.8 s of wall time for
-/// 1.1 s of CPU; parallelism 1: 0.9 s). Ending the round at the first
-/// subtask with records and dropping the other calls (cancel safe) made it
-/// 0.86 s, but starved a subtask whose partial batch waits `poll_timeout`
-/// for more: the fast ones always won, and its checkpoint intervals stayed
-/// empty (tests/exactly_once.rs's p4x4 `after-resolve@3` found no
-/// transaction to resolve). Not yet fixed: see the session 13 note.
-async fn produce_all(subtasks: &mut [Subtask]) -> Vec<Polled> {
-    join_in_order(
-        subtasks
-            .iter_mut()
-            .map(|s| {
-                Box::pin(async move {
-                    let mut batches = Vec::new();
-                    let produced = s.source.produce(&mut batches).await;
-                    (produced, batches)
-                }) as Pin<Box<dyn Future<Output = Polled> + Send + '_>>
-            })
-            .collect(),
-    )
-    .await
 }
 
 /// What a restore decided: the state the sources resume from, and the
@@ -777,83 +906,350 @@ impl PartitionWatermarks {
     }
 }
 
-/// Runs every future at once on this task; their outputs in order.
-async fn join_in_order<'a, T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
-    let mut done: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
-            if slot.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(v) => *slot = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    done.into_iter().map(|d| d.expect("every future completed")).collect()
+/// How long a due checkpoint waits for every subtask's first batch (or
+/// empty poll) of the interval before it goes without.
+const READY_WAIT: Duration = Duration::from_millis(500);
+
+/// A subtask that has polled nothing for this long (drained, or without
+/// partitions) counts as ready for a due checkpoint without records in it.
+const IDLE_READY: Duration = Duration::from_millis(50);
+
+/// After a poll that came back empty this fast (no partition, a refused
+/// connection), a subtask rests this long (serving commands) before the next.
+const EMPTY_POLL_REST: Duration = Duration::from_millis(10);
+
+/// What the driver and the subtasks' tasks share.
+struct Shared {
+    /// Records the subtasks sent to their sinks in this process (the
+    /// checkpoint trigger; the exact counts ride the barrier replies).
+    records: AtomicU64,
+    /// Per subtask, since its last barrier: it sent records, or it has
+    /// polled nothing for [`IDLE_READY`] (a single empty poll may be a fetch
+    /// still on its way).
+    ready: Vec<AtomicBool>,
+    /// With `--checkpoint-every-records`: the count at which the next
+    /// checkpoint is due. A ready subtask polls no more once `records`
+    /// reached it, until the barrier: the cut lands within a batch per
+    /// subtask of the trigger, whatever the driver is busy with (a
+    /// checkpoint's commits, fsyncs), and a subtask whose fetch is late
+    /// still gets its records into the interval. `u64::MAX`: never.
+    pause_at: AtomicU64,
+    /// Pulsed after every batch and when a subtask turns ready.
+    notify: Notify,
 }
 
-/// One checkpoint through the coordinator; returns its id once confirmed.
-///
-/// The subtasks' barriers (each a flush and, exactly once, a pre-commit)
-/// run at once: one after the other, a checkpoint at parallelism 4 waited
-/// for 4 flushes in a row. A fault point after a subtask's barrier fires as
-/// that subtask's barrier returns, whatever the others have done by then, as
-/// a crash would find them (nothing is committed before the checkpoint is
-/// completed, so the restore aborts them all alike).
-async fn checkpoint(coordinator: &mut Coordinator, subtasks: &mut [Subtask], records: u64) -> anyhow::Result<u64> {
-    let id = coordinator.begin_checkpoint()?;
-    let snapshots: Vec<Vec<StateRow>> = subtasks.iter().map(|s| s.source.snapshot()).collect();
-    let barriers = join_in_order(
-        subtasks
-            .iter_mut()
-            .map(|s| {
-                Box::pin(async move {
-                    let rows = s
-                        .sink
+impl Shared {
+    fn new(subtasks: usize, trigger: Trigger) -> Self {
+        Shared {
+            records: AtomicU64::new(0),
+            ready: (0..subtasks).map(|_| AtomicBool::new(false)).collect(),
+            pause_at: AtomicU64::new(match trigger {
+                Trigger::Records(n) => n,
+                Trigger::Interval(_) => u64::MAX,
+            }),
+            notify: Notify::new(),
+        }
+    }
+
+    fn all_ready(&self) -> bool {
+        self.ready.iter().all(|r| r.load(Ordering::Acquire))
+    }
+}
+
+/// What the driver tells a subtask's task; served between batches.
+enum Command {
+    /// Checkpoint `n`'s cut: the source's snapshot and the sink's barrier at
+    /// the same point of the stream; replies their rows and the records
+    /// sent since the previous barrier. The task then polls nothing until
+    /// the commit.
+    Barrier(u64, oneshot::Sender<(Vec<StateRow>, u64)>),
+    /// Commit checkpoint `n`'s transaction; replies once it returned. The
+    /// task polls again (unless stopped).
+    Commit(u64, oneshot::Sender<()>),
+    /// Poll no more; replies the records sent since the last barrier.
+    Stop(oneshot::Sender<u64>),
+    /// End the task, handing the subtask back.
+    Close,
+}
+
+/// What a subtask's task did next.
+enum Step {
+    Command(Option<Command>),
+    Produced(clink_kafka::connector::Result<usize>),
+    Rested,
+}
+
+/// A subtask's task: it owns the subtask and loops {poll its source; send
+/// the batch to its sink; count it}, so a slow or empty source sets no one
+/// else's pace. A command is served between batches (`biased`: before the
+/// next poll; a poll waiting for records is dropped for it, which
+/// [`KafkaSource::produce_batch`] is safe for: its records stay pending). A
+/// send to the sink is never cancelled. An error ends the task (and, through
+/// the driver, the job) with the subtask named.
+async fn subtask_task(
+    mut s: Subtask,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Subtask> {
+    let index = s.index;
+    let ready = &shared.ready[index as usize];
+    let mut since_barrier = 0u64;
+    let mut committing = false;
+    let mut stopped = false;
+    let mut rest_until: Option<tokio::time::Instant> = None;
+    // Since when every poll came back empty.
+    let mut empty_since: Option<tokio::time::Instant> = None;
+    let mut batches: Vec<Vec<KafkaMessage>> = Vec::new();
+    loop {
+        let started = tokio::time::Instant::now();
+        let held = ready.load(Ordering::Acquire)
+            && shared.records.load(Ordering::Acquire) >= shared.pause_at.load(Ordering::Acquire);
+        let step = if committing || stopped || held {
+            Step::Command(commands.recv().await)
+        } else if let Some(until) = rest_until {
+            tokio::select! {
+                biased;
+                command = commands.recv() => Step::Command(command),
+                () = tokio::time::sleep_until(until) => Step::Rested,
+            }
+        } else {
+            tokio::select! {
+                biased;
+                command = commands.recv() => Step::Command(command),
+                produced = s.source.produce(&mut batches) => Step::Produced(produced),
+            }
+        };
+        let command = match step {
+            Step::Command(Some(command)) => command,
+            Step::Command(None) => bail!("subtask {index}: the driver is gone"),
+            Step::Rested => {
+                rest_until = None;
+                continue;
+            }
+            Step::Produced(produced) => {
+                let produced = produced.with_context(|| format!("subtask {index}: reading the source"))?;
+                if produced == 0 {
+                    batches.clear();
+                    let since = *empty_since.get_or_insert(started);
+                    if since.elapsed() >= IDLE_READY && !ready.swap(true, Ordering::AcqRel) {
+                        shared.notify.notify_one();
+                    }
+                    if started.elapsed() < EMPTY_POLL_REST {
+                        rest_until = Some(started + EMPTY_POLL_REST);
+                    }
+                    continue;
+                }
+                empty_since = None;
+                for batch in batches.drain(..) {
+                    if batch.is_empty() {
+                        continue;
+                    }
+                    let n = batch.len() as u64;
+                    s.watermarks.observe(&batch);
+                    s.sink
+                        .send_batch(batch)
+                        .await
+                        .with_context(|| format!("subtask {index}: writing to the sink"))?;
+                    if let Some(w) = s.watermarks.current() {
+                        s.sink.on_watermark(w);
+                    }
+                    since_barrier += n;
+                    shared.records.fetch_add(n, Ordering::AcqRel);
+                    ready.store(true, Ordering::Release);
+                    shared.notify.notify_one();
+                    fault_point!(MidBatch, Some(index));
+                }
+                // A source with records always pending never waits: let the
+                // other subtasks and the driver run.
+                tokio::task::yield_now().await;
+                continue;
+            }
+        };
+        match command {
+            Command::Barrier(id, reply) => {
+                let mut rows = s.source.snapshot();
+                rows.extend(
+                    s.sink
                         .barrier(id)
                         .await
-                        .with_context(|| format!("barrier of checkpoint {id} at subtask {}", s.index));
-                    if rows.is_ok() {
-                        fault_point!(AfterBarrier, Some(s.index));
-                    }
-                    rows
-                }) as Pin<Box<dyn Future<Output = anyhow::Result<Vec<StateRow>>> + Send + '_>>
-            })
-            .collect(),
-    )
-    .await;
-    for ((s, mut rows), sink_rows) in subtasks.iter().zip(snapshots).zip(barriers) {
-        rows.extend(sink_rows?);
-        coordinator.collect(s.index, rows)?;
+                        .with_context(|| format!("barrier of checkpoint {id} at subtask {index}"))?,
+                );
+                fault_point!(AfterBarrier, Some(index));
+                ready.store(
+                    empty_since.is_some_and(|t| t.elapsed() >= IDLE_READY),
+                    Ordering::Release,
+                );
+                committing = true;
+                // A driver that is gone is seen at the next command.
+                let _ = reply.send((rows, std::mem::take(&mut since_barrier)));
+            }
+            Command::Commit(id, reply) => {
+                s.sink
+                    .commit(id)
+                    .await
+                    .with_context(|| format!("committing checkpoint {id} at subtask {index}"))?;
+                fault_point!(AfterCommit, Some(index));
+                committing = false;
+                let _ = reply.send(());
+            }
+            Command::Stop(reply) => {
+                stopped = true;
+                let _ = reply.send(since_barrier);
+            }
+            Command::Close => return Ok(s),
+        }
     }
-    coordinator.write_state(vec![records_row(records)])?;
+}
+
+/// The subtasks' tasks, as the driver sees them.
+struct Tasks {
+    commands: Vec<mpsc::UnboundedSender<Command>>,
+    set: JoinSet<anyhow::Result<Subtask>>,
+    /// Task id → subtask index (to name a panicked task's subtask).
+    ids: std::collections::HashMap<tokio::task::Id, u32>,
+}
+
+type Joined = Option<Result<(tokio::task::Id, anyhow::Result<Subtask>), JoinError>>;
+
+impl Tasks {
+    fn spawn(subtasks: Vec<Subtask>, shared: &Arc<Shared>) -> Self {
+        let mut tasks = Tasks {
+            commands: Vec::new(),
+            set: JoinSet::new(),
+            ids: Default::default(),
+        };
+        for s in subtasks {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let index = s.index;
+            let handle = tasks.set.spawn(subtask_task(s, rx, shared.clone()));
+            tasks.ids.insert(handle.id(), index);
+            tasks.commands.push(tx);
+        }
+        tasks
+    }
+
+    /// The error of a task that ended on its own (an error, a panic).
+    fn failure(&self, ended: Joined) -> anyhow::Error {
+        match ended {
+            Some(Ok((_, Err(e)))) => e,
+            Some(Ok((id, Ok(_)))) => anyhow!("subtask {:?}'s task ended unasked", self.ids.get(&id)),
+            Some(Err(e)) => {
+                let subtask = self
+                    .ids
+                    .get(&e.id())
+                    .map_or_else(|| "a subtask".to_owned(), |i| format!("subtask {i}"));
+                if e.is_panic() {
+                    let panic = e.into_panic();
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|m| m.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    anyhow!("{subtask}'s task panicked: {message}")
+                } else {
+                    anyhow!("{subtask}'s task was cancelled")
+                }
+            }
+            None => anyhow!("no subtask task is left"),
+        }
+    }
+
+    /// Sends subtask `index` a command with a reply channel.
+    fn send<R>(&self, index: usize, command: impl FnOnce(oneshot::Sender<R>) -> Command) -> oneshot::Receiver<R> {
+        let (tx, rx) = oneshot::channel();
+        // A task that is gone drops the reply sender: seen by `reply`.
+        let _ = self.commands[index].send(command(tx));
+        rx
+    }
+
+    /// A reply, or the error that ended the task that owed it.
+    async fn reply<R>(&mut self, rx: oneshot::Receiver<R>) -> anyhow::Result<R> {
+        match rx.await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                let ended = self.set.join_next_with_id().await;
+                Err(self.failure(ended))
+            }
+        }
+    }
+
+    /// Stops every subtask's polling; the records they sent since their
+    /// last barrier.
+    async fn stop(&mut self) -> anyhow::Result<u64> {
+        let replies: Vec<_> = (0..self.commands.len()).map(|i| self.send(i, Command::Stop)).collect();
+        let mut left = 0;
+        for rx in replies {
+            left += self.reply(rx).await?;
+        }
+        Ok(left)
+    }
+
+    /// Ends every task; the subtasks in order.
+    async fn close(mut self) -> anyhow::Result<Vec<Subtask>> {
+        for tx in &self.commands {
+            let _ = tx.send(Command::Close);
+        }
+        let mut subtasks = Vec::new();
+        while let Some(joined) = self.set.join_next_with_id().await {
+            match joined {
+                Ok((_, Ok(s))) => subtasks.push(s),
+                ended => return Err(self.failure(Some(ended))),
+            }
+        }
+        subtasks.sort_by_key(|s| s.index);
+        Ok(subtasks)
+    }
+}
+
+/// One checkpoint through the coordinator; returns its id, once confirmed,
+/// and the records it added (`total` before it).
+///
+/// Every subtask's task takes its cut (source snapshot, then sink barrier:
+/// a flush and, exactly once, a pre-commit) between two of its batches, all
+/// at once: one after the other, a checkpoint at parallelism 4 waited for 4
+/// flushes in a row. A fault point after a subtask's barrier fires as that
+/// subtask's barrier returns, whatever the others have done by then, as a
+/// crash would find them (nothing is committed before the checkpoint is
+/// completed, so the restore aborts them all alike). A subtask polls
+/// nothing between its barrier and its commit.
+async fn checkpoint(
+    coordinator: &mut Coordinator,
+    tasks: &mut Tasks,
+    total: u64,
+    on_cut: impl FnOnce(u64),
+) -> anyhow::Result<(u64, u64)> {
+    let id = coordinator.begin_checkpoint()?;
+    let subtasks = tasks.commands.len();
+    let replies: Vec<_> = (0..subtasks)
+        .map(|i| tasks.send(i, |tx| Command::Barrier(id, tx)))
+        .collect();
+    let mut counted = 0;
+    for (index, rx) in replies.into_iter().enumerate() {
+        let (rows, records) = tasks.reply(rx).await?;
+        counted += records;
+        coordinator.collect(index as u32, rows)?;
+    }
+    on_cut(counted);
+    coordinator.write_state(vec![records_row(total + counted)])?;
     fault_point!(AfterStateWritten, None);
     coordinator.mark_completed()?;
     fault_point!(AfterCompleted, None);
-    // The commits stay one after the other: the restore's verdicts tell
-    // "committed, then fenced" from "fenced before its commit" only by the
-    // commit's receipt, and a crash between two commits must leave the later
-    // subtasks' transactions open (tests/exactly_once.rs's fenced and mixed
-    // scenarios). An EndTxn is a few milliseconds on a healthy cluster.
-    for s in subtasks.iter_mut() {
-        s.sink
-            .commit(id)
-            .await
-            .with_context(|| format!("committing checkpoint {id} at subtask {}", s.index))?;
-        fault_point!(AfterCommit, Some(s.index));
-        coordinator.commit_returned(s.index)?;
+    // The commits stay one after the other: a crash between two commits
+    // leaves the later subtasks' transactions open, and the restore's walk
+    // settles each (tests/exactly_once.rs's fenced and mixed scenarios).
+    // "Committed, then fenced" (no receipt, the coordinator forgot the
+    // commit) is told from "fenced before its commit" by the transaction's
+    // COMMIT marker in the output log (Resolver::resolve_proven,
+    // tests/commit_proof.rs). An EndTxn is a few milliseconds on a healthy
+    // cluster.
+    for index in 0..subtasks {
+        let rx = tasks.send(index, |tx| Command::Commit(id, tx));
+        tasks.reply(rx).await?;
+        coordinator.commit_returned(index as u32)?;
     }
     coordinator.confirm()?;
     fault_point!(AfterConfirmed, None);
-    Ok(id)
+    Ok((id, counted))
 }
 
 #[cfg(test)]

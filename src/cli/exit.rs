@@ -10,6 +10,8 @@ pub const ERROR: u8 = 1;
 pub const USAGE: u8 = 2;
 /// `copy --expected N`: idle for `--until-idle-ms` with fewer than N records copied.
 pub const COPY_SHORT: u8 = 3;
+/// `copy`: another copy holds `--state-dir`'s lock (still, after `--lock-wait-ms`).
+pub const COPY_LOCKED: u8 = 4;
 /// `txn resolve`: not committed, the identity is fenced.
 pub const RESOLVE_FENCED: u8 = 10;
 /// `txn resolve`: not committed, the coordinator timed the transaction out.
@@ -35,6 +37,10 @@ pub const TABLE: &[(u8, &str)] = &[
     (ERROR, "error: stderr says what failed"),
     (USAGE, "bad or missing arguments"),
     (COPY_SHORT, "copy: idle with fewer than --expected records copied"),
+    (
+        COPY_LOCKED,
+        "copy: another copy holds --state-dir's lock (after --lock-wait-ms)",
+    ),
     (RESOLVE_FENCED, "txn resolve: not committed: fenced"),
     (RESOLVE_TIMED_OUT, "txn resolve: not committed: timed out"),
     (

@@ -47,6 +47,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod consumer;
 pub(crate) mod group;
+pub(crate) mod log_proof;
 pub(crate) mod metrics;
 pub(crate) mod partitioner;
 pub(crate) mod producer;
@@ -69,6 +70,7 @@ pub use consumer::{
     OffsetAndTimestamp, Watermarks,
 };
 pub use group::{CommittedOffset, GroupOffsets};
+pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use producer::{
     Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,
 };

@@ -23,6 +23,14 @@
 //! - `Unreachable`: transport failures only, after bounded retries in place.
 //!   Never reported as NotCommitted: a caller must not fall back on it.
 //!
+//! The coordinator's memory is short: a fence, the transaction timeout's
+//! epoch bump or a successor overwrites the transaction, and a commit that
+//! had landed then reads as fenced. [`Resolver::resolve_proven`] asks the
+//! log before it lets a commit be judged not committed: the transaction's
+//! COMMIT or ABORT marker in the partitions it wrote, from the first
+//! offsets its delivery reports gave ([`super::log_proof`]). A log that
+//! proves neither is `Unreachable` (hold), never a guess.
+//!
 //! Credentials come from the resolving process's environment
 //! ([`Resolver::from_env`]); an unknown SASL mechanism or an unusable CA is
 //! refused before any connection, and there is no fallback to plaintext or
@@ -221,6 +229,16 @@ pub enum CommitProof {
         /// The state DescribeTransactions showed.
         state: TransactionState,
     },
+    /// The coordinator no longer knew (fenced, timed out, …), and the log
+    /// showed the transaction's COMMIT marker ([`Resolver::resolve_proven`]).
+    LogMarker {
+        /// What the coordinator's answer was judged.
+        answer: String,
+        /// The partition whose log proved it.
+        partition: i32,
+        /// The marker's offset.
+        offset: i64,
+    },
 }
 
 /// The outcome of [`Resolver::resolve`].
@@ -239,7 +257,9 @@ pub enum Verdict {
         /// The coordinator's answer, for the log.
         detail: String,
     },
-    /// Every attempt failed in transport; nothing is known.
+    /// Every attempt failed in transport, or (from
+    /// [`Resolver::resolve_proven`]) the coordinator no longer knew and the
+    /// log proved neither end; nothing is known.
     Unreachable {
         /// The last transport failure.
         detail: String,
@@ -264,6 +284,18 @@ impl std::fmt::Display for Verdict {
             } => write!(
                 f,
                 "committed (EndTxn answered {answer}; DescribeTransactions shows {state})"
+            ),
+            Verdict::Committed {
+                proof:
+                    CommitProof::LogMarker {
+                        answer,
+                        partition,
+                        offset,
+                    },
+            } => write!(
+                f,
+                "committed (the coordinator answered {answer}; partition {partition}'s log holds its COMMIT marker at \
+                 offset {offset})"
             ),
             Verdict::NotCommitted { reason, detail } => write!(f, "not committed: {} ({detail})", reason.name()),
             Verdict::Unreachable { detail } => write!(f, "unreachable: {detail}"),
@@ -440,7 +472,70 @@ impl Resolver {
     /// Finishes the transaction of `handle` as `decision` says; counts the
     /// verdict (`in_doubt_resolutions{verdict}`, see [`crate::metrics`]).
     pub async fn resolve(&self, handle: &ResumeHandle, decision: Decision) -> Verdict {
-        let verdict = self.reach_verdict(handle, decision).await;
+        self.resolve_proven(handle, decision, None).await
+    }
+
+    /// [`resolve`](Self::resolve), and before a commit is judged not
+    /// committed, the log is asked (`written`: the output topic and each
+    /// partition's first offset of the transaction, from its delivery
+    /// reports): a NotCommitted answer (fenced, timed out, aborted, unknown
+    /// id, refused) means only that the coordinator no longer knows, so
+    /// [`super::prove_from_log`] reads the partitions for the transaction's
+    /// marker. A COMMIT marker turns it into `Committed`
+    /// ([`CommitProof::LogMarker`]), an ABORT marker confirms it; a log
+    /// that proves neither (unreadable, deleted past the first offset, the
+    /// marker not written within the bound) makes it `Unreachable`: no
+    /// verdict, so a caller holds rather than publish again what may be
+    /// committed (or drop what may not be). Without `written` (or empty),
+    /// or for a refusal the log cannot overturn (no identity, unsupported
+    /// broker, authentication), the answer stands.
+    ///
+    /// Cancel safety: cancel safe (nothing is decided before the verdict
+    /// is returned; an EndTxn commit already sent stays sent).
+    pub async fn resolve_proven(
+        &self,
+        handle: &ResumeHandle,
+        decision: Decision,
+        written: Option<(&str, &[super::PartitionOffset])>,
+    ) -> Verdict {
+        let mut verdict = self.reach_verdict(handle, decision).await;
+        if let (Decision::Commit, Some((topic, written)), Verdict::NotCommitted { reason, detail }) =
+            (decision, written, &verdict)
+        {
+            let overturnable = !matches!(
+                reason,
+                NotCommittedReason::NoIdentity
+                    | NotCommittedReason::UnsupportedBroker
+                    | NotCommittedReason::AuthenticationRefused
+            );
+            if overturnable && !written.is_empty() {
+                let limits = super::LogProofLimits {
+                    timeout: self.unreachable_after,
+                    ..super::LogProofLimits::default()
+                };
+                let answer = format!("{} ({detail})", reason.name());
+                verdict = match super::prove_from_log(&self.config, handle, topic, written, limits).await {
+                    super::LogProof::Committed { partition, offset } => Verdict::Committed {
+                        proof: CommitProof::LogMarker {
+                            answer,
+                            partition,
+                            offset,
+                        },
+                    },
+                    super::LogProof::Aborted { partition, offset } => Verdict::NotCommitted {
+                        reason: reason.clone(),
+                        detail: format!(
+                            "{detail}; partition {partition}'s log holds its ABORT marker at offset {offset}"
+                        ),
+                    },
+                    super::LogProof::Undecided { detail: why } => Verdict::Unreachable {
+                        detail: format!(
+                            "the coordinator answered {answer}, but the log proves neither commit nor abort: {why}"
+                        ),
+                    },
+                };
+            }
+        }
         let name = match &verdict {
             Verdict::Committed { .. } => "committed",
             Verdict::NotCommitted { .. } => "not_committed",

@@ -39,6 +39,7 @@ use clink_kafka_wire::kafka_protocol::messages::{
     InitProducerIdRequest, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::messages::{InitProducerIdTwoPhaseRequest, TWO_PHASE_COMMIT_VERSION};
 use clink_kafka_wire::KafkaCode;
 
 use super::cluster::Cluster;
@@ -161,6 +162,10 @@ pub(crate) async fn broker_transaction_version(conn: &BrokerConnection) -> Resul
     Ok(version)
 }
 
+/// Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED: also the coordinator's
+/// answer to `enable2Pc` when `transaction.two.phase.commit.enable` is off.
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+
 /// Transactional settings.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -173,6 +178,20 @@ pub struct TxnConfig {
     /// `max.block.ms`: bound on retrying one coordinator call
     /// (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR).
     pub max_block: Duration,
+    /// KIP-939 two-phase-commit participation (`transaction.two.phase.commit.enable`
+    /// on the producer): InitProducerId v6 with `enable2Pc`, so the
+    /// coordinator never aborts this id's transactions on
+    /// `transaction.timeout.ms` (it keeps the timeout at `i32::MAX` ms); a
+    /// prepared transaction waits for its commit or abort however long the
+    /// job is down, and an open one holds back read_committed readers of its
+    /// partitions until then. Needs a broker with
+    /// `transaction.two.phase.commit.enable=true` that offers InitProducerId
+    /// v6 (Kafka 4.4 marks it unstable: `unstable.api.versions.enable=true`);
+    /// `init` refuses otherwise, naming the option. Kafka 4.4.0 answers
+    /// `keepPreparedTxn` with UNSUPPORTED_VERSION, so a prepared
+    /// transaction is resumed the way this client always does it: EndTxn
+    /// with the staged identity, before any InitProducerId fences it.
+    pub two_phase_commit: bool,
 }
 
 impl TxnConfig {
@@ -182,6 +201,7 @@ impl TxnConfig {
             transactional_id: transactional_id.into(),
             transaction_timeout: Duration::from_secs(60),
             max_block: Duration::from_secs(60),
+            two_phase_commit: false,
         }
     }
 
@@ -200,6 +220,13 @@ impl TxnConfig {
     #[must_use]
     pub fn with_max_block(mut self, value: Duration) -> Self {
         self.max_block = value;
+        self
+    }
+
+    /// Sets `two_phase_commit` (KIP-939 participation; see the field).
+    #[must_use]
+    pub fn with_two_phase_commit(mut self, value: bool) -> Self {
+        self.two_phase_commit = value;
         self
     }
 }
@@ -645,6 +672,7 @@ impl TransactionalProducer {
             })
             .await?;
         let id = &txn.transactional_id;
+        let two_phase_commit = txn.two_phase_commit;
         let identity = coordinator
             .call("InitProducerId", txn.max_block, |conn| async move {
                 let mut request = InitProducerIdRequest::default();
@@ -652,7 +680,37 @@ impl TransactionalProducer {
                 request.transaction_timeout_ms = timeout_ms as i32;
                 request.producer_id = (-1).into();
                 request.producer_epoch = -1;
-                let response = conn.request(&request).await?;
+                let response = if two_phase_commit {
+                    if conn.version_for::<InitProducerIdTwoPhaseRequest>(None).is_err() {
+                        let offered = conn.version_for::<InitProducerIdRequest>(None)?;
+                        return Err(Error::Config {
+                            option: "two_phase_commit",
+                            message: format!(
+                                "the broker {} offers InitProducerId up to v{offered}; KIP-939 two-phase commit \
+                                 needs v{TWO_PHASE_COMMIT_VERSION} (Kafka 4.4: unstable.api.versions.enable=true \
+                                 and transaction.two.phase.commit.enable=true on the brokers)",
+                                conn.broker()
+                            ),
+                        });
+                    }
+                    request.enable_2_pc = true;
+                    let request = InitProducerIdTwoPhaseRequest { request };
+                    conn.request_at(TWO_PHASE_COMMIT_VERSION, &request).await?
+                } else {
+                    conn.request(&request).await?
+                };
+                if two_phase_commit && response.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED {
+                    return Err(Error::Config {
+                        option: "two_phase_commit",
+                        message: format!(
+                            "the broker {} refused two-phase commit for transactional id {id:?} \
+                             (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): it needs \
+                             transaction.two.phase.commit.enable=true and, under an authorizer, the \
+                             TWO_PHASE_COMMIT operation on the transactional id",
+                            conn.broker()
+                        ),
+                    });
+                }
                 if response.error_code != 0 {
                     let none = ProducerIdentity {
                         producer_id: -1,
@@ -674,7 +732,8 @@ impl TransactionalProducer {
             })
             .await?;
         tracing::info!(transactional_id = %id, producer_id = identity.producer_id,
-            epoch = identity.producer_epoch, transaction_version = %version, "transactional producer ready");
+            epoch = identity.producer_epoch, transaction_version = %version, two_phase_commit,
+            "transactional producer ready");
         let core = Arc::new(TxnCore {
             config: txn.clone(),
             version,

@@ -356,6 +356,7 @@ pub struct NativeTransactionalProducer {
     producer_config: ProducerConfig,
     cluster: Option<Cluster>,
     producer: Option<TransactionalProducer>,
+    two_phase_commit: bool,
 }
 
 impl std::fmt::Debug for NativeTransactionalProducer {
@@ -376,7 +377,17 @@ impl NativeTransactionalProducer {
             producer_config,
             cluster: None,
             producer: None,
+            two_phase_commit: false,
         }
+    }
+
+    /// With KIP-939 two-phase-commit participation: `init_transactions`
+    /// asks the broker never to abort this id's transactions on their
+    /// timeout ([`TxnConfig::two_phase_commit`]).
+    #[must_use]
+    pub fn with_two_phase_commit(mut self, enabled: bool) -> Self {
+        self.two_phase_commit = enabled;
+        self
     }
 
     fn producer(&self) -> Result<&TransactionalProducer> {
@@ -436,7 +447,9 @@ impl TransactionalProducerBackend for NativeTransactionalProducer {
     ) -> Result<ResumeHandle> {
         self.connect().await?;
         let cluster = self.cluster.clone().expect("connected above");
-        let txn = TxnConfig::new(transactional_id).with_transaction_timeout(transaction_timeout);
+        let txn = TxnConfig::new(transactional_id)
+            .with_transaction_timeout(transaction_timeout)
+            .with_two_phase_commit(self.two_phase_commit);
         let producer = TransactionalProducer::init(cluster, self.producer_config.clone(), txn).await?;
         let handle = producer.identity();
         self.producer = Some(producer);

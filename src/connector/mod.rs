@@ -188,7 +188,8 @@ impl SinkCapabilities {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RestoreVerdict {
     /// The commit happened: proven by the sink's receipt (no wire call) or
-    /// by the broker (executed or observed by the resolution).
+    /// by the broker (executed or observed by the resolution, or its COMMIT
+    /// marker read from the output log).
     Committed {
         /// Whether the sink's own commit receipt proved it (no broker call was made).
         by_receipt: bool,
@@ -199,7 +200,8 @@ pub enum RestoreVerdict {
         /// Why, as the resolution found it.
         reason: String,
     },
-    /// No verdict: the broker could not be asked. The restart is held;
+    /// No verdict: the broker could not be asked (or it no longer knew the
+    /// transaction and the log proved neither end). The restart is held;
     /// nothing may fence the transaction meanwhile.
     Unreachable {
         /// Why the broker could not be asked.

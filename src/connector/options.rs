@@ -79,6 +79,7 @@ const TWO_PC: &[&str] = &[
     "replay_suppression",
     "receipt_dir",
     "receipts_in_memory",
+    "two_phase_commit",
 ];
 const STRING_FORMAT: &[&str] = &[
     "format",
@@ -1445,6 +1446,52 @@ pub struct TwoPhaseCommitOptions {
     /// Bound on retrying transport failures while resolving a restored
     /// prepared transaction before `open` fails (not an option: a field).
     pub resolve_unreachable_after: Duration,
+    /// `two_phase_commit` (default `resume`): how a prepared transaction
+    /// outlives a job that is down.
+    pub two_phase_commit: TwoPhaseCommitMode,
+}
+
+/// `two_phase_commit`: how a prepared transaction outlives a job that is down.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TwoPhaseCommitMode {
+    /// `resume` (the default): the restore commits a prepared transaction
+    /// over the wire with its staged resume handle. While the job is down
+    /// longer than `transaction_timeout_ms`, the broker aborts the
+    /// transaction; the restore then falls back and replays the interval
+    /// (exactly once still holds: receipts and replay suppression).
+    #[default]
+    Resume,
+    /// `kip939`: KIP-939 two-phase-commit participation. The producer
+    /// initialises with `enable2Pc` (InitProducerId v6), so the broker
+    /// never aborts a prepared transaction on its timeout: the restore
+    /// commits it however long the job was down, and nothing is replayed.
+    /// The price: an open or prepared transaction holds back
+    /// read_committed readers of its partitions until the job comes back
+    /// (or an operator aborts it). Needs brokers with
+    /// `transaction.two.phase.commit.enable=true` offering InitProducerId
+    /// v6 (Kafka 4.4: `unstable.api.versions.enable=true`) and the native
+    /// backend; refused otherwise, naming this option.
+    Kip939,
+}
+
+impl TwoPhaseCommitMode {
+    /// The option's value for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TwoPhaseCommitMode::Resume => "resume",
+            TwoPhaseCommitMode::Kip939 => "kip939",
+        }
+    }
+
+    /// Parses the option's value (`resume` or `kip939`, any case).
+    pub fn parse(option: &str, value: &str) -> Result<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "resume" => Ok(TwoPhaseCommitMode::Resume),
+            "kip939" | "kip-939" => Ok(TwoPhaseCommitMode::Kip939),
+            _ => Err(ConnectorError::invalid(option, value, "resume or kip939")),
+        }
+    }
 }
 
 impl TwoPhaseCommitOptions {
@@ -1464,6 +1511,7 @@ impl TwoPhaseCommitOptions {
             receipt_dir: None,
             receipts_in_memory: false,
             resolve_unreachable_after: Duration::from_secs(30),
+            two_phase_commit: TwoPhaseCommitMode::Resume,
         }
     }
 
@@ -1560,6 +1608,9 @@ pub fn parse_two_phase_commit(
     if let Some((v, k)) = inputs.get("receipt_dir") {
         o.receipt_dir = Some(non_empty(k, v)?.into());
     }
+    if let Some((v, k)) = inputs.get("two_phase_commit") {
+        o.two_phase_commit = TwoPhaseCommitMode::parse(k, v)?;
+    }
     if let Some((v, k)) = inputs.get("receipts_in_memory") {
         o.receipts_in_memory = parse_bool(k, v)?;
     }
@@ -1636,6 +1687,26 @@ mod tests {
         assert_eq!(o.flush_timeout, Duration::from_millis(30_000));
         assert_eq!(o.fixed_partition, None);
         assert!(o.producer_config().unwrap().idempotent);
+    }
+
+    #[test]
+    fn two_phase_commit_takes_resume_or_kip939_and_names_itself_otherwise() {
+        let base = [("brokers", "h:1"), ("topic", "t"), ("transactional_id", "tx")];
+        let with = |mode: &str| {
+            let mut v = base.to_vec();
+            v.push(("two_phase_commit", mode));
+            parse_two_phase_commit(&p(&v), 0, 1)
+        };
+        assert_eq!(
+            parse_two_phase_commit(&p(&base), 0, 1).unwrap().two_phase_commit,
+            TwoPhaseCommitMode::Resume
+        );
+        assert_eq!(with("resume").unwrap().two_phase_commit, TwoPhaseCommitMode::Resume);
+        assert_eq!(with("KIP939").unwrap().two_phase_commit, TwoPhaseCommitMode::Kip939);
+        let e = with("xa").unwrap_err();
+        assert_eq!(e.option(), Some("two_phase_commit"), "{e}");
+        assert!(e.to_string().contains("resume or kip939"), "{e}");
+        assert_eq!(TwoPhaseCommitMode::Kip939.as_str(), "kip939");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::backend::{
     ProducerBackend, TransactionalProducerBackend, Watermark,
 };
 use super::error::Result;
-use super::options::{Backend, SinkOptions, SourceOptions, TwoPhaseCommitOptions, UpsertOptions};
+use super::options::{Backend, SinkOptions, SourceOptions, TwoPhaseCommitMode, TwoPhaseCommitOptions, UpsertOptions};
 #[cfg(feature = "rdkafka")]
 use super::rdkafka::{RdkafkaConsumer, RdkafkaDelivery, RdkafkaProducer, RdkafkaTransactionalProducer};
 use super::record::KafkaMessage;
@@ -171,7 +171,26 @@ pub fn upsert_sink(options: UpsertOptions) -> Result<UpsertSink<SelectedProducer
 pub fn two_phase_commit_sink(
     options: TwoPhaseCommitOptions,
 ) -> Result<TwoPhaseCommitSink<SelectedTransactionalProducer>> {
-    let backend = SelectedTransactionalProducer::for_options(&options.sink)?;
+    let backend = match options.two_phase_commit {
+        TwoPhaseCommitMode::Resume => SelectedTransactionalProducer::for_options(&options.sink)?,
+        TwoPhaseCommitMode::Kip939 => match options.sink.backend {
+            Backend::Native => SelectedTransactionalProducer::Native(
+                NativeTransactionalProducer::new(options.sink.client_config()?, options.sink.producer_config()?)
+                    .with_two_phase_commit(true),
+            ),
+            #[cfg(feature = "rdkafka")]
+            Backend::Rdkafka => {
+                return Err(super::ConnectorError::invalid(
+                    "two_phase_commit",
+                    TwoPhaseCommitMode::Kip939.as_str(),
+                    "resume on the rdkafka backend (librdkafka has no KIP-939 two-phase commit; kip939 needs the \
+                     native backend)",
+                ))
+            }
+            #[cfg(not(feature = "rdkafka"))]
+            Backend::Rdkafka => return Err(unavailable()),
+        },
+    };
     Ok(TwoPhaseCommitSink::with_backend(options, backend))
 }
 

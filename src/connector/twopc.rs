@@ -31,8 +31,20 @@
 //! and would abort it): a receipt for it means committed with no wire
 //! call; otherwise [`Resolver::resolve`] (FindCoordinator + EndTxn commit
 //! with the handle's identity, over the sink's own connection settings).
-//! `Committed` writes the missing receipt. `NotCommitted` (fenced, timed
-//! out, …) is a loss from Kafka's view: an error is logged, an
+//! `Committed` writes the missing receipt. A NotCommitted answer only
+//! says the coordinator no longer knows the transaction (a fence or the
+//! transaction timeout overwrote it, perhaps after its commit landed:
+//! "committed, then fenced"), so it is checked against the log first
+//! ([`Resolver::resolve_proven`]): the staged row carries each output
+//! partition's first offset of the transaction (`written=`, from the
+//! delivery reports), and the transaction's COMMIT marker there makes it
+//! `Committed` (receipt materialised, counted in
+//! [`TwoPhaseCommitStats::resolved_from_log`]); its ABORT marker confirms
+//! the answer; a log that proves neither is held like `Unreachable` (never
+//! guessed: replaying could publish twice, dropping could lose). A row
+//! staged without `written=` keeps the coordinator's answer.
+//! `NotCommitted` (fenced, timed out, …; confirmed by the log) is a loss
+//! from Kafka's view: an error is logged, an
 //! unresolved-orphan marker `sub<K>-<N>.unresolved` is written and the
 //! orphan is listed in [`TwoPhaseCommitSink::orphans`]; the sink then opens
 //! (the verdict is final, refusing would not bring the records back).
@@ -102,7 +114,7 @@ use super::suppression::{
     Receipted, ReplaySuppression,
 };
 use super::{Batch, BoxFuture, CheckpointVerdict, DeliveryGuarantee, RestoreVerdict, Sink, SinkCapabilities, StateRow};
-use crate::client::{Admin, Cluster, Decision, Resolver, ResumeHandle, TransactionState, Verdict};
+use crate::client::{Admin, Cluster, Decision, PartitionOffset, Resolver, ResumeHandle, TransactionState, Verdict};
 use clink_kafka_wire::KafkaCode;
 
 /// TRANSACTIONAL_ID_NOT_FOUND (KIP-664): nothing to describe, nothing to fence.
@@ -180,6 +192,11 @@ pub struct StagedCheckpoint {
     /// What the transaction (with the ones before it) covered: input
     /// positions and event-time horizons (replay suppression).
     pub coverage: Coverage,
+    /// Per output partition the transaction wrote, its first offset there
+    /// (from the delivery reports; by partition): where the restore reads
+    /// the log for the transaction's marker (`written=`; empty in rows
+    /// staged before it existed).
+    pub written: Vec<PartitionOffset>,
 }
 
 impl StagedCheckpoint {
@@ -199,6 +216,7 @@ impl StagedCheckpoint {
         if !self.coverage.event_max.is_empty() {
             state.push_str(&format!(";event_max={}", encode_list(&self.coverage.event_max)));
         }
+        push_written(&mut state, &self.written);
         StateRow {
             key: format!(
                 "{STATE_KEY_PREFIX}{}/{}",
@@ -237,6 +255,7 @@ impl StagedCheckpoint {
         }
         let (mut checkpoint, mut records, mut state, mut handle, mut horizon) = (None, None, None, None, None);
         let mut coverage = Coverage::default();
+        let mut written = Vec::new();
         for field in fields {
             let (k, v) = field
                 .split_once('=')
@@ -248,6 +267,7 @@ impl StagedCheckpoint {
                 "horizon" => horizon = Some(v.parse::<i64>().map_err(|_| bad(format!("horizon {v:?}")))?),
                 "positions" => coverage.positions = Some(parse_list(v).map_err(|e| bad(format!("positions: {e}")))?),
                 "event_max" => coverage.event_max = parse_list(v).map_err(|e| bad(format!("event_max: {e}")))?,
+                "written" => written = parse_written(v).map_err(bad)?,
                 "handle" => {
                     handle = Some(
                         v.parse::<ResumeHandle>()
@@ -284,8 +304,58 @@ impl StagedCheckpoint {
             handle,
             horizon,
             coverage,
+            written,
         }))
     }
+}
+
+/// Keeps the lowest delivered offset per partition (an unknown offset,
+/// below 0, is not kept).
+fn note_written(written: &mut BTreeMap<i32, i64>, at: PartitionOffset) {
+    if at.offset >= 0 && at.partition >= 0 {
+        let first = written.entry(at.partition).or_insert(at.offset);
+        *first = (*first).min(at.offset);
+    }
+}
+
+/// The most partitions a `written=` field may name.
+const MAX_WRITTEN: usize = 1 << 16;
+
+/// `;written=<partition>@<first offset>,...` (nothing when empty).
+fn push_written(state: &mut String, written: &[PartitionOffset]) {
+    if written.is_empty() {
+        return;
+    }
+    state.push_str(";written=");
+    for (i, w) in written.iter().enumerate() {
+        if i > 0 {
+            state.push(',');
+        }
+        state.push_str(&format!("{}@{}", w.partition, w.offset));
+    }
+}
+
+/// Parses a `written=` value: at most [`MAX_WRITTEN`] `partition@offset`
+/// pairs, partitions ascending, both not negative.
+fn parse_written(v: &str) -> std::result::Result<Vec<PartitionOffset>, String> {
+    let mut out: Vec<PartitionOffset> = Vec::new();
+    for (i, pair) in v.split(',').enumerate() {
+        if i >= MAX_WRITTEN {
+            return Err(format!("written= names more than {MAX_WRITTEN} partitions"));
+        }
+        let parsed = pair
+            .split_once('@')
+            .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)));
+        let Some((partition, offset)) = parsed.filter(|(p, o)| *p >= 0 && *o >= 0) else {
+            let shown: String = pair.chars().take(40).collect();
+            return Err(format!("written= entry {shown:?} is not <partition>@<offset>"));
+        };
+        if out.last().is_some_and(|w| w.partition >= partition) {
+            return Err(format!("written= partitions are not ascending at {partition}"));
+        }
+        out.push(PartitionOffset::new(partition, offset));
+    }
+    Ok(out)
 }
 
 fn percent_encode(s: &str) -> String {
@@ -344,8 +414,12 @@ pub struct TwoPhaseCommitStats {
     pub transactions_aborted: u64,
     /// Commit receipts written.
     pub receipts_written: u64,
-    /// Restored prepared transactions committed over the wire at `open`.
+    /// Restored prepared transactions committed over the wire at `open`
+    /// (including those proven by the log).
     pub resolved_over_the_wire: u64,
+    /// Of those, commits the coordinator no longer knew (fenced, timed
+    /// out) that the log proved: their COMMIT marker.
+    pub resolved_from_log: u64,
     /// Restored prepared transactions found receipted (no wire call).
     pub resolved_by_receipt: u64,
     /// Whether replay suppression armed (at `open` or at
@@ -761,6 +835,8 @@ struct Prepared {
     /// The watermark its sealing barrier saw.
     horizon: Option<i64>,
     coverage: Coverage,
+    /// Each partition's first offset of it.
+    written: Vec<PartitionOffset>,
 }
 
 /// Records sealed by a barrier while an earlier commit was outstanding.
@@ -786,6 +862,8 @@ pub struct TwoPhaseCommitSink<B: TransactionalProducerBackend = NativeTransactio
     /// The open tail's transaction: begun, with this many records sent.
     open_records: Option<u64>,
     pending: Vec<B::Delivery>,
+    /// The open transaction's first offset per partition (delivery reports).
+    open_written: BTreeMap<i32, i64>,
     prepared: Option<Prepared>,
     queued: VecDeque<Segment>,
     /// Records that arrived while a commit was outstanding, not yet sealed.
@@ -861,6 +939,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             restored: Vec::new(),
             open_records: None,
             pending: Vec::new(),
+            open_written: BTreeMap::new(),
             prepared: None,
             queued: VecDeque::new(),
             buffer: Vec::new(),
@@ -1146,10 +1225,11 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                         .with_unreachable_after(self.options.resolve_unreachable_after),
                 );
             }
+            let topic = self.options.sink.topic.clone();
             let verdict = resolver
                 .as_ref()
                 .expect("set above")
-                .resolve(handle, Decision::Commit)
+                .resolve_proven(handle, Decision::Commit, Some((&topic, &staged.written)))
                 .await;
             match verdict {
                 Verdict::Committed { .. } => {
@@ -1157,6 +1237,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                     tracing::info!(checkpoint = staged.checkpoint, handle = %handle, verdict = %verdict,
                         "restored prepared transaction committed");
                     self.stats.resolved_over_the_wire += 1;
+                    self.note_log_proof(staged, &verdict);
                     self.receipts
                         .write_receipt(staged.checkpoint, handle, staged.horizon, &staged.coverage)?;
                     self.stats.receipts_written += 1;
@@ -1248,6 +1329,20 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             self.receipts.retire_marker(*checkpoint);
         }
         Ok(())
+    }
+
+    /// Counts and logs a commit the log proved (the coordinator had
+    /// forgotten it: without the marker it would have been replayed).
+    fn note_log_proof(&mut self, staged: &StagedCheckpoint, verdict: &Verdict) {
+        if let Verdict::Committed {
+            proof: crate::client::CommitProof::LogMarker { .. },
+        } = verdict
+        {
+            self.stats.resolved_from_log += 1;
+            tracing::warn!(transactional_id = %staged.transactional_id, checkpoint = staged.checkpoint,
+                verdict = %verdict, "commit proven from the log: the coordinator no longer knew this transaction, \
+                its COMMIT marker is in the output partition");
+        }
     }
 
     fn orphan(&mut self, staged: &StagedCheckpoint, reason: String) -> Result<()> {
@@ -1381,6 +1476,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
         if self.open_records.is_none() {
             self.backend()?.begin_transaction()?;
             self.open_records = Some(0);
+            self.open_written.clear();
         }
         let topic = self.options.sink.topic.clone();
         let partition = self.options.sink.fixed_partition;
@@ -1415,13 +1511,17 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             .map_err(|e| super::sink::timeout_named(e, "flush_timeout"))?;
         let pending = std::mem::take(&mut self.pending);
         let topic = self.options.sink.topic.clone();
+        let written = &mut self.open_written;
         let wait = async {
             let mut failed = 0u64;
             let mut first = None;
             for d in pending {
-                if let Err(e) = d.await {
-                    failed += 1;
-                    first.get_or_insert_with(|| e.to_string());
+                match d.await {
+                    Ok(at) => note_written(written, at),
+                    Err(e) => {
+                        failed += 1;
+                        first.get_or_insert_with(|| e.to_string());
+                    }
                 }
             }
             (failed, first)
@@ -1438,6 +1538,14 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 timeout,
             })),
         }
+    }
+
+    /// The open transaction's first offsets, by partition (emptied).
+    fn take_written(&mut self) -> Vec<PartitionOffset> {
+        std::mem::take(&mut self.open_written)
+            .into_iter()
+            .map(|(partition, offset)| PartitionOffset::new(partition, offset))
+            .collect()
     }
 
     /// Seals the interval for `checkpoint`; returns the rows to stage.
@@ -1503,6 +1611,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 handle,
                 horizon: self.staged_watermark(),
                 coverage: self.coverage.coverage(),
+                written: self.take_written(),
             });
         }
         Ok(self.staged_rows())
@@ -1522,6 +1631,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                         handle: Some(p.handle.clone()),
                         horizon: p.horizon,
                         coverage: p.coverage.clone(),
+                        written: p.written.clone(),
                     }
                     .to_row(),
                 );
@@ -1537,6 +1647,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                         handle: None,
                         horizon: s.horizon,
                         coverage: s.coverage.clone(),
+                        written: Vec::new(),
                     }
                     .to_row(),
                 );
@@ -1617,6 +1728,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                     handle: self.identity().expect("open"),
                     horizon: segment.horizon,
                     coverage: segment.coverage,
+                    written: Vec::new(),
                 });
                 return Ok(());
             }
@@ -1629,6 +1741,7 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
                 handle: self.identity().expect("open"),
                 horizon: segment.horizon,
                 coverage: segment.coverage,
+                written: self.take_written(),
             };
             if done {
                 self.commit_prepared(p).await?;
@@ -2013,6 +2126,7 @@ mod tests {
                     ),
                     event_max: [(InputPartition::new("", -1), 99)].into(),
                 },
+                written: vec![PartitionOffset::new(0, 12), PartitionOffset::new(3, 40_000_000_000)],
             },
             StagedCheckpoint {
                 transactional_id: "tx-0".into(),
@@ -2021,6 +2135,7 @@ mod tests {
                 handle: None,
                 horizon: None,
                 coverage: Coverage::default(),
+                written: Vec::new(),
             },
         ] {
             let row = staged.to_row();
@@ -2032,6 +2147,17 @@ mod tests {
             value: b"12".to_vec(),
         };
         assert_eq!(StagedCheckpoint::from_row(&other).unwrap(), None);
+        // A row staged before written= existed parses, with no first offsets.
+        let old = StateRow {
+            key: "kafka_2pc/tx/4".into(),
+            value: format!(
+                "clink-2pc-state/1;checkpoint=4;records=2;state=prepared;handle={};horizon=9",
+                handle("tx")
+            )
+            .into_bytes(),
+        };
+        let parsed = StagedCheckpoint::from_row(&old).unwrap().unwrap();
+        assert!(parsed.written.is_empty() && parsed.horizon == Some(9), "{parsed:?}");
         for (key, value) in [
             (
                 "kafka_2pc/tx/x",
@@ -2072,6 +2198,45 @@ mod tests {
                 &format!(
                     "clink-2pc-state/1;checkpoint=1;records=1;state=prepared;handle={}",
                     handle("tx")
+                ),
+            ),
+            // written=: pairs of a partition and an offset, partitions ascending.
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written=",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written=0",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written=0@-1",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written=-1@5",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written=0@1,0@2",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written=2@1,1@2",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written=0@99999999999999999999",
+            ),
+            (
+                "kafka_2pc/tx/1",
+                &format!(
+                    "clink-2pc-state/1;checkpoint=1;records=1;state=queued;written={}",
+                    (0..=MAX_WRITTEN)
+                        .map(|p| format!("{p}@0"))
+                        .collect::<Vec<_>>()
+                        .join(",")
                 ),
             ),
         ] {
@@ -2123,6 +2288,7 @@ mod tests {
             handle: Some(h),
             horizon: Some(55),
             coverage: cov9.clone(),
+            written: Vec::new(),
         };
         let marker = store
             .write_marker(&staged, "not committed: fenced", true)

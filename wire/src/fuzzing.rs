@@ -50,6 +50,11 @@ const RESPONSES: &[ApiKey] = &[
     ApiKey::DescribeProducers,
     ApiKey::DescribeCluster,
     ApiKey::OffsetForLeaderEpoch,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::ConsumerGroupHeartbeat,
 ];
 
 /// Decodes `body` as the response of `key` at `version`.
@@ -90,6 +95,24 @@ pub fn decode_response_body(key: ApiKey, version: i16, body: &Bytes) {
         ApiKey::DescribeProducers => decode_as::<m::DescribeProducersResponse>(body, version),
         ApiKey::DescribeCluster => decode_as::<m::DescribeClusterResponse>(body, version),
         ApiKey::OffsetForLeaderEpoch => decode_as::<m::OffsetForLeaderEpochResponse>(body, version),
+        ApiKey::JoinGroup => {
+            let mut r = Reader::new(body);
+            if let Ok(resp) = m::JoinGroupResponse::decode_response(&mut r, version) {
+                // Go on into the members' subscriptions.
+                for member in &resp.members {
+                    let _ = crate::group::consumer_protocol::decode_subscription(&member.metadata);
+                }
+            }
+        }
+        ApiKey::SyncGroup => {
+            let mut r = Reader::new(body);
+            if let Ok(resp) = m::SyncGroupResponse::decode_response(&mut r, version) {
+                let _ = crate::group::consumer_protocol::decode_assignment(&resp.assignment);
+            }
+        }
+        ApiKey::Heartbeat => decode_as::<m::HeartbeatResponse>(body, version),
+        ApiKey::LeaveGroup => decode_as::<m::LeaveGroupResponse>(body, version),
+        ApiKey::ConsumerGroupHeartbeat => decode_as::<m::ConsumerGroupHeartbeatResponse>(body, version),
         _ => {}
     }
 }
@@ -277,6 +300,7 @@ mod corpus_replay {
         "fetch",
         "produce",
         "confluent_frame",
+        "group",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -295,6 +319,9 @@ mod corpus_replay {
             }
             "produce" => produce(data),
             "confluent_frame" => confluent_frame(data),
+            "group" => {
+                crate::group::fuzzing::group(data);
+            }
             other => panic!("unknown target {other}"),
         }
     }
@@ -426,6 +453,11 @@ mod corpus_replay {
             (ApiKey::CreatePartitions, 3),
             (ApiKey::DescribeProducers, 0),
             (ApiKey::DescribeCluster, 1),
+            (ApiKey::JoinGroup, 9),
+            (ApiKey::SyncGroup, 5),
+            (ApiKey::Heartbeat, 4),
+            (ApiKey::LeaveGroup, 5),
+            (ApiKey::ConsumerGroupHeartbeat, 1),
         ] {
             push(key, v, &|b, v| match key {
                 ApiKey::ListOffsets => m::ListOffsetsResponse::default().encode(b, v).unwrap(),
@@ -439,6 +471,11 @@ mod corpus_replay {
                 ApiKey::CreatePartitions => m::CreatePartitionsResponse::default().encode(b, v).unwrap(),
                 ApiKey::DescribeProducers => m::DescribeProducersResponse::default().encode(b, v).unwrap(),
                 ApiKey::DescribeCluster => m::DescribeClusterResponse::default().encode(b, v).unwrap(),
+                ApiKey::JoinGroup => m::JoinGroupResponse::default().encode(b, v).unwrap(),
+                ApiKey::SyncGroup => m::SyncGroupResponse::default().encode(b, v).unwrap(),
+                ApiKey::Heartbeat => m::HeartbeatResponse::default().encode(b, v).unwrap(),
+                ApiKey::LeaveGroup => m::LeaveGroupResponse::default().encode(b, v).unwrap(),
+                ApiKey::ConsumerGroupHeartbeat => m::ConsumerGroupHeartbeatResponse::default().encode(b, v).unwrap(),
                 _ => unreachable!(),
             });
         }
@@ -504,6 +541,9 @@ mod corpus_replay {
         write("scram", "error", b"e=invalid-proof");
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
+        }
+        for (name, seed) in crate::group::fuzzing::seeds() {
+            write("group", name, &seed);
         }
         for v in [3i16, 8, 9, 12] {
             // Sent: topic[0] (3 records), a[1], b[2]; answered: topic[0] ok,

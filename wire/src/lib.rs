@@ -14,6 +14,8 @@
 //! - [`sasl`]: PLAIN and SCRAM-SHA-256/512 state machines.
 //! - [`error_code`]: Kafka's error-code table.
 //! - [`fetcher`]: the consumer's fetch state machine (sessions, bounded polls).
+//! - [`group`]: consumer group membership (classic protocol), the consumer
+//!   protocol's bytes and the assignors, sans-IO.
 //! - [`confluent`]: the Schema Registry framing of a value (magic, schema id, Protobuf indexes).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -32,6 +34,7 @@ pub mod error;
 pub mod error_code;
 pub mod fetcher;
 pub mod frame;
+pub mod group;
 pub mod messages;
 pub mod produce_state;
 pub mod protocol;

@@ -90,6 +90,11 @@ api_requests! {
     DeleteTopicsRequest => DeleteTopicsResponse, DeleteTopics, "DeleteTopics", 1..=6;
     CreatePartitionsRequest => CreatePartitionsResponse, CreatePartitions, "CreatePartitions", 0..=3;
     DescribeClusterRequest => DescribeClusterResponse, DescribeCluster, "DescribeCluster", 0..=1;
+    JoinGroupRequest => JoinGroupResponse, JoinGroup, "JoinGroup", 2..=9;
+    SyncGroupRequest => SyncGroupResponse, SyncGroup, "SyncGroup", 0..=5;
+    HeartbeatRequest => HeartbeatResponse, Heartbeat, "Heartbeat", 0..=4;
+    LeaveGroupRequest => LeaveGroupResponse, LeaveGroup, "LeaveGroup", 0..=5;
+    ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeat, "ConsumerGroupHeartbeat", 0..=1;
 }
 
 /// The name we use for an API key, or `ApiKey`'s Debug form for one we do not speak.

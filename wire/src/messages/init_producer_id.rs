@@ -1,12 +1,89 @@
-//! InitProducerId response (API key 22), v0–v6.
+//! InitProducerId (API key 22): the response, v0–v6, and the v6 request.
 //!
-//! v6 (KIP-939, two-phase commit) adds the ongoing transaction's producer id
-//! and epoch. Flexible from v2.
+//! v6 (KIP-939, two-phase commit) adds `enable2Pc` and `keepPreparedTxn` to
+//! the request and the ongoing transaction's producer id and epoch to the
+//! response. Flexible from v2. kafka-protocol 0.18 encodes the request only
+//! up to v5, so [`InitProducerIdTwoPhaseRequest`] writes v6 by hand.
 
+use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::init_producer_id_response::InitProducerIdResponse;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::buf::ByteBufMut;
+use kafka_protocol::protocol::{Encodable, VersionRange};
 
 use crate::codec::{DecodeResponse, Reader};
 use crate::error::{Error, Result};
+use crate::protocol::ApiRequest;
+
+impl ApiRequest for InitProducerIdTwoPhaseRequest {
+    const KEY: ApiKey = ApiKey::InitProducerId;
+    const NAME: &'static str = "InitProducerId";
+    const VERSIONS: VersionRange = VersionRange {
+        min: TWO_PHASE_COMMIT_VERSION,
+        max: TWO_PHASE_COMMIT_VERSION,
+    };
+    type Response = InitProducerIdResponse;
+}
+
+/// InitProducerId v6 (KIP-939), the only version it speaks: the fields of
+/// kafka-protocol's [`InitProducerIdRequest`] including `enable_2_pc` and
+/// `keep_prepared_txn`, in the v6 layout (compact nullable transactional id,
+/// timeout, producer id, epoch, the two booleans, tagged fields). Unknown
+/// tagged fields are not written.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InitProducerIdTwoPhaseRequest {
+    /// The request's fields.
+    pub request: InitProducerIdRequest,
+}
+
+/// The one version [`InitProducerIdTwoPhaseRequest`] speaks.
+pub const TWO_PHASE_COMMIT_VERSION: i16 = 6;
+
+impl Encodable for InitProducerIdTwoPhaseRequest {
+    fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> anyhow::Result<()> {
+        if version != TWO_PHASE_COMMIT_VERSION {
+            anyhow::bail!(
+                "InitProducerId two-phase-commit request: version {version} (only v{TWO_PHASE_COMMIT_VERSION})"
+            );
+        }
+        let r = &self.request;
+        match &r.transactional_id {
+            // A compact nullable string: length + 1 as an unsigned varint (0: null).
+            None => put_unsigned_varint(buf, 0),
+            Some(id) => {
+                let bytes = id.0.as_bytes();
+                let len = u32::try_from(bytes.len())
+                    .ok()
+                    .and_then(|l| l.checked_add(1))
+                    .ok_or_else(|| anyhow::anyhow!("InitProducerId: transactional id of {} bytes", bytes.len()))?;
+                put_unsigned_varint(buf, len);
+                buf.put_slice(bytes);
+            }
+        }
+        buf.put_i32(r.transaction_timeout_ms);
+        buf.put_i64(r.producer_id.0);
+        buf.put_i16(r.producer_epoch);
+        buf.put_u8(u8::from(r.enable_2_pc));
+        buf.put_u8(u8::from(r.keep_prepared_txn));
+        // No tagged fields.
+        put_unsigned_varint(buf, 0);
+        Ok(())
+    }
+
+    fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
+        let mut buf = bytes::BytesMut::new();
+        self.encode(&mut buf, version)?;
+        Ok(buf.len())
+    }
+}
+
+fn put_unsigned_varint<B: ByteBufMut>(buf: &mut B, mut v: u32) {
+    while v >= 0x80 {
+        buf.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
 
 const MIN_VERSION: i16 = 0;
 const MAX_VERSION: i16 = 6;
@@ -91,6 +168,39 @@ mod tests {
             let theirs = InitProducerIdResponse::decode(&mut frame.clone(), version).unwrap();
             assert_eq!(theirs, value, "kafka-protocol v{version}");
         }
+    }
+
+    #[test]
+    fn the_two_phase_commit_request_is_v6s_layout() {
+        use kafka_protocol::messages::TransactionalId;
+        use kafka_protocol::protocol::StrBytes;
+        let mut request = InitProducerIdRequest::default();
+        request.transactional_id = Some(TransactionalId(StrBytes::from_static_str("tx")));
+        request.transaction_timeout_ms = 0x0102_0304;
+        request.producer_id = (-1).into();
+        request.producer_epoch = -1;
+        request.enable_2_pc = true;
+        let r = InitProducerIdTwoPhaseRequest { request };
+        let mut buf = BytesMut::new();
+        r.encode(&mut buf, 6).unwrap();
+        let want: &[u8] = &[
+            3, b't', b'x', // compact string: length + 1
+            1, 2, 3, 4, // transaction_timeout_ms
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // producer_id -1
+            0xff, 0xff, // producer_epoch -1
+            1,    // enable2Pc
+            0,    // keepPreparedTxn
+            0,    // no tagged fields
+        ];
+        assert_eq!(&buf[..], want);
+        assert_eq!(r.compute_size(6).unwrap(), want.len());
+        // v6's first fields are v5's: kafka-protocol's v5 encoding is the
+        // same bytes without the two booleans.
+        let mut v5 = BytesMut::new();
+        r.request.encode(&mut v5, 5).unwrap();
+        assert_eq!(&v5[..], &[&want[..want.len() - 3], &[0]].concat()[..]);
+        assert!(r.encode(&mut BytesMut::new(), 5).is_err(), "only v6");
+        assert_eq!(<InitProducerIdTwoPhaseRequest as ApiRequest>::VERSIONS.max, 6);
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod describe_transactions;
 mod end_txn;
 mod fetch;
 mod find_coordinator;
+mod group_membership;
 mod init_producer_id;
 mod list_offsets;
 mod list_transactions;
@@ -29,3 +30,5 @@ mod produce;
 mod sasl_authenticate;
 mod sasl_handshake;
 mod txn_offset_commit;
+
+pub use init_producer_id::{InitProducerIdTwoPhaseRequest, TWO_PHASE_COMMIT_VERSION};

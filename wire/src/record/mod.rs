@@ -20,11 +20,13 @@ mod decode;
 mod dump;
 mod encode;
 mod stream;
+mod txn_end;
 
 pub use decode::{BatchIter, DecodeOptions, HeaderIter, Record, RecordBatch, RecordCursor, RecordIter, RecordRef};
 pub use dump::dump_batch;
 pub use encode::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
 pub use stream::{BatchStream, INFLATE_CHUNK};
+pub use txn_end::{PartitionView, ScanStep, TxnEnd, TxnEndQuery, TxnEndScan};
 
 use crate::compression::Compression;
 
