@@ -617,11 +617,7 @@ async fn receipts_confirm_commits_and_arm_replay_suppression() {
         restored.on_data(batch("untimed", 1)).await.unwrap();
         restored.on_timed_data(timed(batch("three", 1), 1_001)).await.unwrap();
         let st = restored.stats();
-        assert_eq!(
-            (st.records_suppressed, st.suppression_passed_through),
-            (3, 1),
-            "{st:?}"
-        );
+        assert_eq!((st.records_suppressed, st.suppression_passed_through), (3, 1), "{st:?}");
         restored.on_barrier(3).await.unwrap();
         restored.on_commit(3).await.unwrap();
         restored.close().await.unwrap();

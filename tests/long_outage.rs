@@ -136,16 +136,25 @@ fn difference(expected: &[String], got: &[String]) -> (Vec<String>, Vec<String>,
             None => foreign.push(v.clone()),
         }
     }
-    let missing = counts.iter().filter(|(_, c)| **c > 0).map(|(v, _)| v.to_string()).collect();
-    let duplicated = counts.iter().filter(|(_, c)| **c < 0).map(|(v, _)| v.to_string()).collect();
+    let missing = counts
+        .iter()
+        .filter(|(_, c)| **c > 0)
+        .map(|(v, _)| v.to_string())
+        .collect();
+    let duplicated = counts
+        .iter()
+        .filter(|(_, c)| **c < 0)
+        .map(|(v, _)| v.to_string())
+        .collect();
     (missing, duplicated, foreign)
 }
 
 /// The Java console consumer's read_committed view must hold every
 /// expected value exactly once.
 fn assert_exactly_once(brokers: &str, topic: &str, expected: &[String], label: &str) {
-    let got = common::java_read_committed(brokers, topic, expected.len() + 1, 15_000)
-        .unwrap_or_else(|| panic!("{label}: the Java console consumer is the oracle (scripts/kafka-local install-tools)"));
+    let got = common::java_read_committed(brokers, topic, expected.len() + 1, 15_000).unwrap_or_else(|| {
+        panic!("{label}: the Java console consumer is the oracle (scripts/kafka-local install-tools)")
+    });
     let (missing, duplicated, foreign) = difference(expected, &got);
     assert!(
         missing.is_empty() && duplicated.is_empty() && foreign.is_empty(),
@@ -247,7 +256,16 @@ async fn copy_scenario(parallelism: u32, ending: Ending) {
         work.join(format!("run-{runs}"))
     };
 
-    let run = run_copy(&brokers, &input, &out, &state, &txn_id, parallelism, Some("after-commit:2@0"), &log());
+    let run = run_copy(
+        &brokers,
+        &input,
+        &out,
+        &state,
+        &txn_id,
+        parallelism,
+        Some("after-commit:2@0"),
+        &log(),
+    );
     assert!(
         run.status.signal() == Some(9) && run.stderr.contains("copy: fault after-commit:"),
         "{label}: expected death by SIGKILL at after-commit:2@0, got {:?}; stderr:\n{}",
@@ -272,7 +290,12 @@ async fn copy_scenario(parallelism: u32, ending: Ending) {
         restarts += 1;
         first.get_or_insert_with(|| run.stderr.clone());
         if run.status.success() {
-            assert_eq!(done_field(&run.stdout, "records"), Some(RECORDS), "{label}: {}", run.stdout);
+            assert_eq!(
+                done_field(&run.stdout, "records"),
+                Some(RECORDS),
+                "{label}: {}",
+                run.stdout
+            );
             break done_field(&run.stdout, "suppressed").expect("suppressed= in the copy-done line");
         }
         assert!(
@@ -347,9 +370,7 @@ impl Engine {
                     ("backend", common::connector::backend()),
                 ];
                 params.extend_from_slice(extra);
-                let ctx = BuildContext::new(params)
-                    .with_subtask(s, 2)
-                    .with_checkpoint(dir, "job");
+                let ctx = BuildContext::new(params).with_subtask(s, 2).with_checkpoint(dir, "job");
                 match registry.build("kafka_2pc_sink_string", &ctx).unwrap() {
                     Operator::TextSink(sink) => sink,
                     other => panic!("the 2PC sink is a text sink, not {other:?}"),
@@ -392,6 +413,7 @@ impl Engine {
 /// the replay through new sinks is exact.
 async fn sink_trait_scenario(ending: Ending) {
     let Some(brokers) = common::brokers() else { return };
+    let logs = common::connector::capture_logs();
     let started = Instant::now();
     let label = format!("Sink trait {ending:?}");
     let cluster = common::cluster(common::config(&brokers)).await;
@@ -436,7 +458,10 @@ async fn sink_trait_scenario(ending: Ending) {
 
     let mut coordinator = open_coordinator();
     let RestorePlan::Unconfirmed { checkpoint: two, .. } = coordinator.restore_plan() else {
-        panic!("{label}: checkpoint 2 is completed, not confirmed: {:?}", coordinator.restore_plan());
+        panic!(
+            "{label}: checkpoint 2 is completed, not confirmed: {:?}",
+            coordinator.restore_plan()
+        );
     };
     let state = coordinator.read_state(two).unwrap();
     let mut engine = Engine::build(&brokers, &topic, &txn_id, &dir, extra);
@@ -466,9 +491,25 @@ async fn sink_trait_scenario(ending: Ending) {
         .flat_map(|s| records(s, 0, 1_000).into_iter().map(|(t, _)| t.to_string()))
         .collect();
     expected.sort();
+    // Subtask 0 swallowed exactly its 400 records of checkpoint 2 (300..700).
+    let retired: Vec<String> = logs
+        .contents()
+        .lines()
+        .filter(|l| l.contains("replay suppression retired") && l.contains(&format!("{txn_id}-")))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        retired.len() == 1
+            && retired[0].contains(&format!("transactional_id={txn_id}-0"))
+            && retired[0].contains("suppressed=400"),
+        "{label}: subtask 0's suppression must swallow its 400 committed records and retire: {retired:?}"
+    );
     assert_exactly_once(&brokers, &topic, &expected, &label);
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("{label}: 0 duplicates, 0 missing ({:.0?})", started.elapsed());
+    eprintln!(
+        "{label}: 400 replayed records suppressed, 0 duplicates, 0 missing ({:.0?})",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

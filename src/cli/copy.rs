@@ -719,16 +719,17 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         s.sink.close_sink().await.context("closing the sink")?;
     }
     let last = last.unwrap_or_else(|| coordinator.markers().next_id() - 1);
-    let (suppressed, unjudged, positions) = subtasks
-        .iter()
-        .filter_map(|s| s.sink.stats())
-        .fold((0, 0, 0), |(a, b, c), st| {
-            (
-                a + st.records_suppressed,
-                b + st.suppression_passed_through,
-                c + st.suppression_positions,
-            )
-        });
+    let (suppressed, unjudged, positions) =
+        subtasks
+            .iter()
+            .filter_map(|s| s.sink.stats())
+            .fold((0, 0, 0), |(a, b, c), st| {
+                (
+                    a + st.records_suppressed,
+                    b + st.suppression_passed_through,
+                    c + st.suppression_positions,
+                )
+            });
     println!(
         "copy-done records={total} checkpoints={checkpoints} last-checkpoint={last} restored-from={} \
          suppressed={suppressed} unjudged={unjudged} suppression-positions={positions}",

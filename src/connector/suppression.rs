@@ -29,7 +29,11 @@
 //! position arrived (offsets only grow within one source's life);
 //! suppression retires when every armed partition has.
 //!
-//! Condition: positions are keyed by (input topic, partition). A
+//! Conditions: a sink subtask must get, on replay, the same records of
+//! each input partition it got before (a forward or keyed route from the
+//! source, as `clink-kafka copy` has; a round-robin route could hand it a
+//! replayed record another subtask had). Positions are keyed by (input
+//! topic, partition). A
 //! [`KafkaMessage`](super::KafkaMessage) carries no topic, so a sink fed from
 //! several input topics must name each batch's topic
 //! ([`TwoPhaseCommitSink::send_batch_from`](super::TwoPhaseCommitSink::send_batch_from));
@@ -192,7 +196,8 @@ pub fn parse_list(text: &str) -> std::result::Result<BTreeMap<InputPartition, i6
         }
         let short = || entry.chars().take(40).collect::<String>();
         let mut parts = entry.split(':');
-        let (Some(topic), Some(partition), Some(value), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(topic), Some(partition), Some(value), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(format!("coverage entry {:?} is not topic:partition:value", short()));
         };
@@ -463,7 +468,9 @@ impl ReplaySuppression {
 
     /// The watermark horizon it judges by (`<=`), while armed.
     pub fn horizon(&self) -> Option<i64> {
-        self.is_armed().then_some(self.horizon.or(self.legacy_horizon)).flatten()
+        self.is_armed()
+            .then_some(self.horizon.or(self.legacy_horizon))
+            .flatten()
     }
 
     /// The armed positions (per input partition, the offset below which a
@@ -535,9 +542,8 @@ impl ReplaySuppression {
             }
             None => false,
         };
-        let swallow = below_partition
-            || self.horizon.is_some_and(|w| t <= w)
-            || self.legacy_horizon.is_some_and(|w| t < w);
+        let swallow =
+            below_partition || self.horizon.is_some_and(|w| t <= w) || self.legacy_horizon.is_some_and(|w| t < w);
         self.maybe_retire();
         if swallow {
             self.swallowed += 1;
@@ -629,10 +635,18 @@ mod tests {
         assert_eq!(s.judge(&p(3), 5, Some(5)), Judgement::Swallow);
         assert_eq!(s.judge(&p(3), 6, Some(5)), Judgement::Swallow, "the last covered");
         assert_eq!(s.judge(&p(3), 7, Some(5)), Judgement::Pass, "not covered, same time");
-        assert_eq!(s.judge(&p(1), 0, Some(0)), Judgement::Pass, "a partition no receipt covers");
+        assert_eq!(
+            s.judge(&p(1), 0, Some(0)),
+            Judgement::Pass,
+            "a partition no receipt covers"
+        );
         assert!(s.watermark_does_not_retire_positions());
         assert_eq!(s.judge(&p(0), 149, None), Judgement::Swallow);
-        assert_eq!(s.state(), SuppressionState::Retired, "every partition reached its position");
+        assert_eq!(
+            s.state(),
+            SuppressionState::Retired,
+            "every partition reached its position"
+        );
         assert_eq!(s.judge(&p(0), 1, Some(1)), Judgement::Pass);
         assert_eq!((s.swallowed(), s.unjudged()), (4, 0));
         // Another topic's partition 0 is another key.
@@ -657,14 +671,22 @@ mod tests {
         let mut s = arm(&[(None, cov(Some(&[]), &[(0, 50), (1, 80)]))], None);
         assert!(s.is_armed());
         assert_eq!(s.judge(&p(0), -1, Some(49)), Judgement::Swallow);
-        assert_eq!(s.judge(&p(0), -1, Some(50)), Judgement::Pass, "at the horizon: maybe not committed");
+        assert_eq!(
+            s.judge(&p(0), -1, Some(50)),
+            Judgement::Pass,
+            "at the horizon: maybe not committed"
+        );
         assert_eq!(
             s.judge(&p(0), -1, Some(10)),
             Judgement::Pass,
             "the partition retired at its horizon"
         );
         assert_eq!(s.judge(&p(1), -1, Some(79)), Judgement::Swallow);
-        assert_eq!(s.judge(&p(2), -1, Some(1)), Judgement::Pass, "no horizon for partition 2");
+        assert_eq!(
+            s.judge(&p(2), -1, Some(1)),
+            Judgement::Pass,
+            "no horizon for partition 2"
+        );
         assert_eq!(s.judge(&p(1), -1, None), Judgement::PassUnjudged);
         assert!(s.handle_watermark(79), "nothing below 80 can follow");
         assert_eq!((s.swallowed(), s.unjudged()), (2, 1));
@@ -675,9 +697,16 @@ mod tests {
     /// had no such promise: `<` only.
     #[test]
     fn the_watermark_horizon_swallows_at_or_below_and_retires_past_it() {
-        let mut s = arm(&[(Some(10), cov(Some(&[]), &[])), (Some(30), cov(Some(&[]), &[]))], None);
+        let mut s = arm(
+            &[(Some(10), cov(Some(&[]), &[])), (Some(30), cov(Some(&[]), &[]))],
+            None,
+        );
         assert_eq!(s.horizon(), Some(30));
-        assert_eq!(s.judge(&p(-1), -1, Some(30)), Judgement::Swallow, "at the horizon: published");
+        assert_eq!(
+            s.judge(&p(-1), -1, Some(30)),
+            Judgement::Swallow,
+            "at the horizon: published"
+        );
         assert_eq!(s.judge(&p(-1), -1, Some(31)), Judgement::Pass);
         assert!(!s.handle_watermark(29));
         assert_eq!(s.judge(&p(-1), -1, Some(29)), Judgement::Swallow);
@@ -686,7 +715,11 @@ mod tests {
         assert_eq!(s.judge(&p(-1), -1, Some(1)), Judgement::Pass);
 
         let mut legacy = arm(&[(Some(30), Coverage::default())], None);
-        assert_eq!(legacy.judge(&p(0), 5, Some(30)), Judgement::Pass, "old receipt: strictly below");
+        assert_eq!(
+            legacy.judge(&p(0), 5, Some(30)),
+            Judgement::Pass,
+            "old receipt: strictly below"
+        );
         assert_eq!(legacy.judge(&p(0), 4, Some(29)), Judgement::Swallow);
         assert!(!legacy.handle_watermark(28));
         assert!(legacy.handle_watermark(29));
@@ -714,7 +747,11 @@ mod tests {
             Some(CoverageWarning::EventTimeDecreased { .. })
         ));
         t.observe(&p(-1), -1, Some(9));
-        assert_eq!(t.coverage(), cov(Some(&[(2, 15)]), &[]), "a decreasing partition is dropped");
+        assert_eq!(
+            t.coverage(),
+            cov(Some(&[(2, 15)]), &[]),
+            "a decreasing partition is dropped"
+        );
         assert!(matches!(
             t.observe(&p(2), 14, None),
             Some(CoverageWarning::OffsetsOutOfOrder { .. })
@@ -733,7 +770,10 @@ mod tests {
         ]
         .into();
         let text = encode_list(&list);
-        assert!(!text.contains(';') && !text.contains('=') && !text.contains('\n'), "{text}");
+        assert!(
+            !text.contains(';') && !text.contains('=') && !text.contains('\n'),
+            "{text}"
+        );
         assert_eq!(parse_list(&text).unwrap(), list);
         assert_eq!(parse_list("").unwrap(), BTreeMap::new());
         for bad in [":0", ":x:1", ":0:y", ":0:1,:0:2", "%zz:0:1", ":0:1:2", ","] {

@@ -69,17 +69,22 @@
 //! the broker's commit acknowledgement and the next transaction's begin. It
 //! holds the handle committed; restoring the same handle finds it and
 //! counts the commit as done, even if a later fence or the transaction
-//! timeout erased the broker's record of it. A receipt carries the
-//! watermark horizon its sealing barrier saw ([`Sink::on_watermark`]; the
-//! staged row carries it too, so a receipt the walk materialises has it).
-//! Replay suppression ([`super::suppression`]) arms at `open` from the
-//! receipts newer than the restored checkpoint, and again at
+//! timeout erased the broker's record of it. A receipt carries what its
+//! transaction (with the ones before it) covered: per input partition the
+//! next offset after the last record the sink got, the highest event time
+//! of records without a position ([`Coverage`]), and the watermark horizon
+//! its sealing barrier saw ([`Sink::on_watermark`]); the staged row and the
+//! unresolved marker carry them too, so a receipt the walk materialises
+//! has them. Replay suppression ([`super::suppression`]) arms at `open`
+//! from the receipts newer than the restored checkpoint, and again at
 //! [`Sink::on_restore_point`] once the coordinator decided the restore
-//! point (a fallback decides below it): records at or below the highest
-//! receipted horizon are swallowed and counted
-//! ([`TwoPhaseCommitStats::records_suppressed`]), a record without event
-//! time (the string channel's, or a timestamp of -1) passes through with a
-//! loud log, and suppression retires once a watermark passes the horizon.
+//! point (a fallback decides below it): a replayed record below its input
+//! partition's receipted position is swallowed (exact), a record without a
+//! position is judged by event time (strictly below its partition's
+//! receipted maximum, or at or below the receipted watermark), swallowed
+//! records are counted ([`TwoPhaseCommitStats::records_suppressed`]), a
+//! record with nothing to judge it by passes through with a loud log; a
+//! record that might not have been committed is never swallowed.
 //! `replay_suppression = false` never arms (the replay publishes again).
 //! Receipts and markers below the newest CONFIRMED checkpoint are pruned by
 //! the coordinator ([`super::checkpoint`]). Each restored checkpoint's
@@ -109,7 +114,7 @@ use super::record::{KafkaMessage, Text};
 use super::sink::open_encoder;
 use super::suppression::{
     encode_list, event_time, parse_list, Coverage, CoverageTracker, CoverageWarning, InputPartition, Judgement,
-    ReplaySuppression, Receipted,
+    Receipted, ReplaySuppression,
 };
 use super::{Batch, BoxFuture, CheckpointVerdict, DeliveryGuarantee, RestoreVerdict, Sink, SinkCapabilities, StateRow};
 use crate::client::{Admin, Cluster, Decision, PartitionOffset, Resolver, ResumeHandle, TransactionState, Verdict};
@@ -1168,7 +1173,17 @@ impl<B: TransactionalProducerBackend> TwoPhaseCommitSink<B> {
             let shown: Vec<String> = positions
                 .iter()
                 .take(16)
-                .map(|(k, o)| format!("{}{}<{o}", if k.topic.is_empty() { String::new() } else { format!("{}/", k.topic) }, k.partition))
+                .map(|(k, o)| {
+                    format!(
+                        "{}{}<{o}",
+                        if k.topic.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{}/", k.topic)
+                        },
+                        k.partition
+                    )
+                })
                 .collect();
             tracing::warn!(transactional_id = %id, restore_point = point, receipted = ?receipted,
                 positions = ?shown, horizon = ?self.suppression.horizon(),
@@ -2166,7 +2181,13 @@ mod tests {
                 handle: Some(handle("tx/1;weird id")),
                 horizon: Some(1_700_000_000_123),
                 coverage: Coverage {
-                    positions: Some([(InputPartition::new("", 0), 5000), (InputPartition::new("in;x=1", 3), 7)].into()),
+                    positions: Some(
+                        [
+                            (InputPartition::new("", 0), 5000),
+                            (InputPartition::new("in;x=1", 3), 7),
+                        ]
+                        .into(),
+                    ),
                     event_max: [(InputPartition::new("", -1), 99)].into(),
                 },
                 written: vec![PartitionOffset::new(0, 12), PartitionOffset::new(3, 40_000_000_000)],
@@ -2408,16 +2429,6 @@ mod tests {
         let _ = std::fs::remove_file(&file);
     }
 
-    fn stamped(ts: &[i64]) -> Vec<KafkaMessage> {
-        ts.iter()
-            .map(|t| {
-                let mut m = KafkaMessage::new(format!("t{t}"));
-                m.timestamp = *t;
-                m
-            })
-            .collect()
-    }
-
     fn scripted_in(
         dir: &Path,
         suppression: bool,
@@ -2480,7 +2491,10 @@ mod tests {
         calls(&script);
         replay.send_batch(read(&[(0, 10), (0, 11), (0, 12)])).await.unwrap();
         assert_eq!(calls(&script), ["begin", "send:p0o12"]);
-        assert!(!replay.stats().suppression_retired, "partition 1 has not reached its position");
+        assert!(
+            !replay.stats().suppression_retired,
+            "partition 1 has not reached its position"
+        );
         replay.send_batch(read(&[(1, 3), (1, 4)])).await.unwrap();
         assert_eq!(calls(&script), ["send:p1o4"]);
         let st = replay.stats();
@@ -2505,6 +2519,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// After an abort the aborted interval's records lie below every later
+    /// barrier without being committed: later staged rows (and receipts)
+    /// carry no coverage and no horizon, so their replay is published again.
+    #[tokio::test]
+    async fn an_abort_stops_the_coverage_later_barriers_stage() {
+        let (mut sink, _) = scripted(0);
+        sink.open_sink().await.unwrap();
+        sink.send_batch(read(&[(0, 1)])).await.unwrap();
+        Sink::on_watermark(&mut sink, 5);
+        let rows = sink.barrier(1).await.unwrap();
+        let staged = StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap();
+        assert_eq!(staged.coverage.positions.map(|p| p.len()), Some(1));
+        assert_eq!(staged.horizon, Some(5));
+        sink.abort(1).await.unwrap();
+        sink.send_batch(read(&[(0, 2)])).await.unwrap();
+        let rows = sink.barrier(2).await.unwrap();
+        let staged = StagedCheckpoint::from_row(&rows[0]).unwrap().unwrap();
+        assert_eq!((staged.coverage, staged.horizon), (Coverage::default(), None));
+    }
+
     /// By event time through the `Sink` trait's timed channel: strictly
     /// below the highest event time the receipted transaction held (a
     /// record at it may have been read after the barrier: published
@@ -2527,7 +2561,10 @@ mod tests {
         first.barrier(1).await.unwrap();
         first.commit(1).await.unwrap();
         let receipt = std::fs::read_to_string(dir.join("sub0-1")).unwrap();
-        assert!(receipt.contains("event_max=:-1:20\n") && receipt.contains("horizon=15\n"), "{receipt}");
+        assert!(
+            receipt.contains("event_max=:-1:20\n") && receipt.contains("horizon=15\n"),
+            "{receipt}"
+        );
 
         let (mut replay, script) = scripted_in(&dir, true);
         replay.open_sink().await.unwrap();
@@ -2537,7 +2574,13 @@ mod tests {
         calls(&script);
         Sink::on_timed_data(
             &mut replay,
-            timed(&[("a", Some(10)), ("b", Some(20)), ("c", Some(20)), ("d", Some(20)), ("n", None)]),
+            timed(&[
+                ("a", Some(10)),
+                ("b", Some(20)),
+                ("c", Some(20)),
+                ("d", Some(20)),
+                ("n", None),
+            ]),
         )
         .await
         .unwrap();
@@ -2607,7 +2650,11 @@ mod tests {
         assert!(parse_unresolved_marker(4, &marker.replace("none", "x")).is_err());
         let positioned = format!("{marker}positions=:3:17\n");
         assert_eq!(
-            parse_unresolved_marker(4, &positioned).unwrap().unwrap().coverage.positions,
+            parse_unresolved_marker(4, &positioned)
+                .unwrap()
+                .unwrap()
+                .coverage
+                .positions,
             Some([(InputPartition::new("", 3), 17)].into())
         );
         assert!(parse_unresolved_marker(4, &format!("{marker}positions=:3\n")).is_err());
