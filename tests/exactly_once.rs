@@ -165,11 +165,7 @@ const SCENARIOS: &[Scenario] = &[
     },
 ];
 
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
+use common::copy_job::{done_field, CopyRun as Run};
 
 /// How the job reaches the cluster: `--brokers` and security options, their
 /// environment, and a secret that must never reach a file or a log.
@@ -213,8 +209,6 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 }
 
 fn run_copy(job: &Job, from: &str, to: &str, state: &Path, txn_id: &str, fault: Option<&str>, log: &Path) -> Run {
-    let out_path = log.with_extension("out");
-    let err_path = log.with_extension("err");
     let mut cmd = Command::new(BIN);
     cmd.arg("copy")
         .args(["--backend", common::connector::backend()])
@@ -226,48 +220,13 @@ fn run_copy(job: &Job, from: &str, to: &str, state: &Path, txn_id: &str, fault: 
         .args(["--transactional-id", txn_id])
         .args(&job.trigger)
         .args(["--until-idle-ms", "5000", "--expected", &job.records.to_string()])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap());
-    cmd.env_remove("CLINK_KAFKA_FAULT");
-    if let Some(f) = fault {
-        cmd.env("CLINK_KAFKA_FAULT", f);
-    }
-    let mut child = cmd.spawn().expect("spawning clink-kafka copy");
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "clink-kafka copy (fault {fault:?}) ran longer than {RUN_TIMEOUT:?}; stderr:\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Run {
-        status,
-        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-    }
+        .env("RUST_LOG", "warn");
+    common::copy_job::run_copy_command(cmd, fault, log, RUN_TIMEOUT)
 }
 
 /// `copy-done records=N checkpoints=C ...` → (records, checkpoints).
 fn done_line(stdout: &str) -> Option<(u64, u64)> {
     Some((done_field(stdout, "records")?, done_field(stdout, "last-checkpoint")?))
-}
-
-/// A `name=` field of the `copy-done` line.
-fn done_field(stdout: &str, name: &str) -> Option<u64> {
-    let line = stdout.lines().find(|l| l.starts_with("copy-done "))?;
-    line.split_whitespace()
-        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
 }
 
 async fn fill_input(cluster: &Cluster, topic: &str, partitions: i32) -> Vec<String> {

@@ -24,8 +24,8 @@ mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use clink_kafka::client::{Cluster, NewTopic, Producer, ProducerConfig, ProducerRecord};
 
@@ -52,13 +52,10 @@ fn twopc_brokers() -> Option<String> {
     }
 }
 
-struct Run {
-    status: std::process::ExitStatus,
-    stderr: String,
-}
+use common::copy_job::CopyRun as Run;
 
 fn copy(brokers: &str, topics: (&str, &str), state: &Path, txn_id: &str, mode: &str, fault: Option<&str>) -> Run {
-    let err_path = state.with_extension(format!("{}.err", fault.unwrap_or("clean").replace([':', '@'], "_")));
+    let log = state.with_extension(fault.unwrap_or("clean").replace([':', '@'], "_"));
     let mut cmd = Command::new(BIN);
     cmd.arg("copy")
         .args(["--brokers", brokers, "--from", topics.0, "--to", topics.1])
@@ -69,31 +66,8 @@ fn copy(brokers: &str, topics: (&str, &str), state: &Path, txn_id: &str, mode: &
         .args(["--transaction-timeout-ms", &TRANSACTION_TIMEOUT_MS.to_string()])
         .args(["--two-phase-commit", mode])
         .args(["--until-idle-ms", "5000", "--expected", &RECORDS.to_string()])
-        .env("RUST_LOG", "warn")
-        .env_remove("CLINK_KAFKA_FAULT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err_path).unwrap());
-    if let Some(f) = fault {
-        cmd.env("CLINK_KAFKA_FAULT", f);
-    }
-    let mut child = cmd.spawn().expect("spawning clink-kafka copy");
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("copy ran longer than {RUN_TIMEOUT:?}: {}", err_path.display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Run {
-        status,
-        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-    }
+        .env("RUST_LOG", "warn");
+    common::copy_job::run_copy_command(cmd, fault, &log, RUN_TIMEOUT)
 }
 
 /// `RECORDS` keyed records over `PARTITIONS` partitions; their values, sorted.

@@ -28,7 +28,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
@@ -168,11 +168,7 @@ fn assert_exactly_once(brokers: &str, topic: &str, expected: &[String], label: &
     );
 }
 
-struct Run {
-    status: std::process::ExitStatus,
-    stdout: String,
-    stderr: String,
-}
+use common::copy_job::{done_field, CopyRun as Run};
 
 #[allow(clippy::too_many_arguments)]
 fn run_copy(
@@ -185,8 +181,6 @@ fn run_copy(
     fault: Option<&str>,
     log: &Path,
 ) -> Run {
-    let out_path = log.with_extension("out");
-    let err_path = log.with_extension("err");
     let mut cmd = Command::new(BIN);
     cmd.arg("copy")
         .args(["--backend", common::connector::backend()])
@@ -198,43 +192,8 @@ fn run_copy(
         .args(["--checkpoint-every-records", "5000", "--max-batch-records", "500"])
         .args(["--transaction-timeout-ms", "10000"])
         .args(["--until-idle-ms", "5000", "--expected", &RECORDS.to_string()])
-        .env("RUST_LOG", "warn")
-        .env_remove("CLINK_KAFKA_FAULT")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap());
-    if let Some(f) = fault {
-        cmd.env("CLINK_KAFKA_FAULT", f);
-    }
-    let mut child = cmd.spawn().expect("spawning clink-kafka copy");
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "copy (fault {fault:?}) ran longer than {RUN_TIMEOUT:?}; stderr:\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Run {
-        status,
-        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-    }
-}
-
-/// A `name=` field of the `copy-done` line.
-fn done_field(stdout: &str, name: &str) -> Option<u64> {
-    let line = stdout.lines().find(|l| l.starts_with("copy-done "))?;
-    line.split_whitespace()
-        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
+        .env("RUST_LOG", "warn");
+    common::copy_job::run_copy_command(cmd, fault, log, RUN_TIMEOUT)
 }
 
 async fn copy_scenario(parallelism: u32, ending: Ending) {

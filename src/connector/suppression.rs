@@ -143,31 +143,11 @@ pub struct Coverage {
 }
 
 fn encode_topic(topic: &str) -> String {
-    let mut out = String::with_capacity(topic.len());
-    for b in topic.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    super::twopc::percent_encode_keeping(topic, b"-_.")
 }
 
 fn decode_topic(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            out.push(u8::from_str_radix(s.get(i + 1..i + 3)?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    super::twopc::percent_decode(s)
 }
 
 /// A coverage list's text: `topic:partition:value` entries, `,`-separated

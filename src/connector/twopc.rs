@@ -362,9 +362,14 @@ fn parse_written(v: &str) -> std::result::Result<Vec<PartitionOffset>, String> {
 }
 
 fn percent_encode(s: &str) -> String {
+    percent_encode_keeping(s, b"-_.~:")
+}
+
+/// `s` with every byte outside `[A-Za-z0-9]` and `keep` as `%XX`.
+pub(super) fn percent_encode_keeping(s: &str, keep: &[u8]) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~:".contains(&b) {
+        if b.is_ascii_alphanumeric() || keep.contains(&b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -373,7 +378,9 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+/// The inverse of [`percent_encode_keeping`]; `None` for a bad escape or
+/// bytes that are not UTF-8.
+pub(super) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

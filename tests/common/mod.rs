@@ -10,6 +10,7 @@
 
 pub mod cluster;
 pub mod connector;
+pub mod copy_job;
 pub mod process;
 pub mod proxy;
 pub mod scripted;
