@@ -36,22 +36,6 @@ const PARTITIONS: i32 = 2;
 const TRANSACTION_TIMEOUT_MS: u64 = 2_000;
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The KIP-939 broker (`scripts/kafka-local up --twopc`); `None` outside CI
-/// when it is not configured (a missing broker fails under `CI=true`).
-fn twopc_brokers() -> Option<String> {
-    match std::env::var("CLINK_KAFKA_TWOPC_BROKERS") {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but CLINK_KAFKA_TWOPC_BROKERS is not set (scripts/kafka-local up --twopc)"
-            );
-            eprintln!("skipping: CLINK_KAFKA_TWOPC_BROKERS is not set (scripts/kafka-local up --twopc)");
-            None
-        }
-    }
-}
-
 use common::copy_job::CopyRun as Run;
 
 fn copy(brokers: &str, topics: (&str, &str), state: &Path, txn_id: &str, mode: &str, fault: Option<&str>) -> Run {
@@ -154,7 +138,7 @@ async fn outage(brokers: &str, mode: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kip939_prepared_transactions_outlive_the_transaction_timeout() {
-    let Some(brokers) = twopc_brokers() else { return };
+    let Some(brokers) = common::twopc_brokers() else { return };
     let stderr = outage(&brokers, "kip939").await;
     assert!(
         stderr.contains(
@@ -166,7 +150,7 @@ async fn kip939_prepared_transactions_outlive_the_transaction_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_kip939_the_broker_aborts_them_and_the_restore_replays() {
-    let Some(brokers) = twopc_brokers() else { return };
+    let Some(brokers) = common::twopc_brokers() else { return };
     let stderr = outage(&brokers, "resume").await;
     assert!(
         stderr.contains(

@@ -139,6 +139,12 @@ pub async fn consume_exactly(
     out
 }
 
+/// The KIP-939 broker (`scripts/kafka-local up --twopc`), or `None`
+/// (outside CI) when not configured.
+pub fn twopc_brokers() -> Option<String> {
+    required_env("CLINK_KAFKA_TWOPC_BROKERS")
+}
+
 /// The transaction.version=1 broker, or `None` (outside CI) when not configured.
 pub fn tv1_brokers() -> Option<String> {
     required_env("CLINK_KAFKA_TV1_BROKERS")
