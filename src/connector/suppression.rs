@@ -233,8 +233,9 @@ pub enum CoverageWarning {
 pub struct CoverageTracker {
     positions: BTreeMap<InputPartition, i64>,
     positions_valid: bool,
+    /// Per input partition whose event times never decreased, the last
+    /// (so the highest) event time: what a barrier stages as `event_max`.
     last_event: BTreeMap<InputPartition, i64>,
-    event_max: BTreeMap<InputPartition, i64>,
     event_broken: BTreeSet<InputPartition>,
     stopped: bool,
     warned_offsets: bool,
@@ -283,11 +284,11 @@ impl CoverageTracker {
         if self.event_broken.contains(input) {
             return None;
         }
-        let last = self.last_event.insert(input.clone(), t);
-        match last {
-            Some(last) if t < last => {
+        match self.last_event.get_mut(input) {
+            Some(last) if t < *last => {
+                let last = *last;
+                self.last_event.remove(input);
                 self.event_broken.insert(input.clone());
-                self.event_max.remove(input);
                 (!std::mem::replace(&mut self.warned_decrease, true)).then(|| CoverageWarning::EventTimeDecreased {
                     input: input.clone(),
                     event_time: t,
@@ -295,8 +296,9 @@ impl CoverageTracker {
                 })
             }
             Some(last) => {
-                self.event_max.insert(input.clone(), t);
-                (t == last && !std::mem::replace(&mut self.warned_repeat, true)).then(|| {
+                let repeated = t == *last;
+                *last = t;
+                (repeated && !std::mem::replace(&mut self.warned_repeat, true)).then(|| {
                     CoverageWarning::EventTimeRepeated {
                         input: input.clone(),
                         event_time: t,
@@ -304,7 +306,7 @@ impl CoverageTracker {
                 })
             }
             None => {
-                self.event_max.insert(input.clone(), t);
+                self.last_event.insert(input.clone(), t);
                 None
             }
         }
@@ -315,7 +317,7 @@ impl CoverageTracker {
     pub fn stop(&mut self) {
         self.stopped = true;
         self.positions.clear();
-        self.event_max.clear();
+        self.last_event.clear();
     }
 
     /// Whether [`Self::stop`] was called.
@@ -330,7 +332,7 @@ impl CoverageTracker {
         }
         Coverage {
             positions: self.positions_valid.then(|| self.positions.clone()),
-            event_max: self.event_max.clone(),
+            event_max: self.last_event.clone(),
         }
     }
 }
