@@ -445,6 +445,7 @@ pub trait RebalanceListener: Send {
 // ---------------------------------------------------------------------------
 // The member and its driver.
 
+#[allow(clippy::large_enum_variant)] // one per consumer, never moved
 enum Member {
     Classic(ClassicMember),
     Consumer(ConsumerMember),
