@@ -626,3 +626,100 @@ async fn from_properties_joins() {
     c.close().await.unwrap();
     assert_eq!(committed(&cluster, &group, &topic, 1).await, vec![Some(3)]);
 }
+
+/// Heartbeats do not depend on poll: a member that does not poll for
+/// longer than the session timeout (classic: 6 s) keeps its partitions.
+/// max.poll.interval.ms still applies with Java's meaning: past it the
+/// member's partitions go to the other member, and at its next poll it
+/// hears they were lost and rejoins.
+async fn heartbeats_go_on_between_polls_but_max_poll_interval_applies(protocol: GroupProtocol) {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = topic_with(&cluster, "grp-poll", 2).await;
+    let group = unique_group("poll", protocol);
+    produce(&cluster, &topic, 2, 0, 5).await;
+    let config = group_config(&group, protocol)
+        .with_session_timeout(Duration::from_secs(6))
+        .with_max_poll_interval(Duration::from_secs(15));
+    let mut a = GroupConsumer::new(cluster.clone(), config.clone()).await.unwrap();
+    let mut b = GroupConsumer::new(cluster.clone(), config).await.unwrap();
+    let heard_a = Recorder::default();
+    let heard_b = Recorder::default();
+    a.set_listener(Box::new(heard_a.clone()));
+    b.set_listener(Box::new(heard_b.clone()));
+    a.subscribe(Subscription::Topics(vec![topic.clone()])).unwrap();
+    b.subscribe(Subscription::Topics(vec![topic.clone()])).unwrap();
+    let mut seen = Seen::default();
+    poll_until(
+        &mut [&mut a, &mut b],
+        &mut seen,
+        Duration::from_secs(90),
+        "split",
+        |s, m| split_between(m, 2) && s.distinct() == 10,
+    )
+    .await;
+    for _ in 0..5 {
+        seen.add(&a.poll(Duration::from_millis(200)).await.unwrap());
+        seen.add(&b.poll(Duration::from_millis(200)).await.unwrap());
+    }
+    let (a_parts, b_parts) = (a.assignment(), b.assignment());
+    let (a_heard, b_heard) = (heard_a.0.lock().unwrap().len(), heard_b.0.lock().unwrap().len());
+    // a does not poll for 10 s (> session timeout, < max.poll.interval).
+    let quiet = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < quiet {
+        seen.add(&b.poll(Duration::from_millis(300)).await.unwrap());
+    }
+    seen.add(&a.poll(Duration::from_millis(200)).await.unwrap());
+    assert_eq!((a.assignment(), b.assignment()), (a_parts.clone(), b_parts.clone()));
+    assert_eq!(
+        heard_a.0.lock().unwrap().len(),
+        a_heard,
+        "{:?}",
+        heard_a.0.lock().unwrap()
+    );
+    assert_eq!(
+        heard_b.0.lock().unwrap().len(),
+        b_heard,
+        "{:?}",
+        heard_b.0.lock().unwrap()
+    );
+
+    // a does not poll past max.poll.interval.ms: b gets everything.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.assignment().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "b never got a's partitions: {:?}",
+            b.assignment()
+        );
+        seen.add(&b.poll(Duration::from_millis(300)).await.unwrap());
+    }
+    // a polls again: lost, then it rejoins and the group splits again.
+    poll_until(
+        &mut [&mut a, &mut b],
+        &mut seen,
+        Duration::from_secs(90),
+        "rejoin",
+        |_, m| split_between(m, 2),
+    )
+    .await;
+    let a_events = heard_a.0.lock().unwrap().clone();
+    assert!(
+        a_events[a_heard..]
+            .iter()
+            .any(|e| matches!(e, RebalanceEvent::Lost(p) if *p == a_parts)),
+        "{a_events:?}"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_go_on_between_polls_but_max_poll_interval_applies_classic() {
+    heartbeats_go_on_between_polls_but_max_poll_interval_applies(GroupProtocol::Classic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_go_on_between_polls_but_max_poll_interval_applies_consumer() {
+    heartbeats_go_on_between_polls_but_max_poll_interval_applies(GroupProtocol::Consumer).await;
+}
