@@ -30,6 +30,8 @@
 //! - [`Consumer`]: manual assignment, seek (offset, earliest, latest, timestamp),
 //!   batched poll, read_committed.
 //! - [`GroupOffsets`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
+//! - Group administration on [`Admin`]: [`Admin::list_groups`], [`Admin::describe_group`],
+//!   [`Admin::group_lag`], [`Admin::delete_group`], [`Admin::plan_offset_reset`].
 //! - [`TransactionalProducer`]: the transactional producer (KIP-98, KIP-890 aware)
 //!   and its [`Transaction`] guard.
 //! - [`TopicPartition`], [`TopicPartitionOffset`], [`PartitionOffset`]: named
@@ -47,6 +49,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod consumer;
 pub(crate) mod group;
+pub(crate) mod group_admin;
 pub(crate) mod log_proof;
 pub(crate) mod metrics;
 pub(crate) mod partitioner;
@@ -70,6 +73,10 @@ pub use consumer::{
     OffsetAndTimestamp, Watermarks,
 };
 pub use group::{CommittedOffset, GroupOffsets};
+pub use group_admin::{
+    clamp_offset, parse_datetime, GroupDescription, GroupListing, GroupMember, GroupType, ListGroupsFilter,
+    OffsetReset, PartitionLag, PlannedOffset, ResetScope,
+};
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use producer::{
     Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,
