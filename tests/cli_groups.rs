@@ -252,7 +252,7 @@ fn describe_list_and_reset_offsets_agree_with_kafka_consumer_groups() {
     let text = ok(&b, &["groups", "list"]);
     assert!(text
         .lines()
-        .any(|l| l.split_whitespace().collect::<Vec<_>>()[..2] == [classic.as_str(), "classic"]));
+        .any(|l| l.split_whitespace().take(2).eq([classic.as_str(), "classic"])));
 
     // reset-offsets: every mode plans what the Java tool's dry run plans.
     let t0 = format!("{topic}:0,2");

@@ -542,7 +542,7 @@ mod tests {
         assert!(text.contains("type consumer, state Stable"), "{text}");
         assert!(text
             .lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>()[..5] == ["t", "1", "-", "7", "-"]));
+            .any(|l| l.split_whitespace().take(5).eq(["t", "1", "-", "7", "-"])));
     }
 
     #[test]

@@ -230,7 +230,8 @@ pub struct PlannedOffset {
 }
 
 /// `requested` moved into [`earliest`, `latest`], as the Java tool's
-/// `checkOffsetsRange` does (the end wins when the range is empty).
+/// `checkOffsetsRange` does: above the end is the end, else below the
+/// start is the start.
 pub fn clamp_offset(requested: i64, earliest: i64, latest: i64) -> i64 {
     if requested > latest {
         latest
@@ -978,8 +979,9 @@ mod tests {
         assert_eq!(clamp_offset(-3, 2, 10), 2);
         assert_eq!(clamp_offset(11, 2, 10), 10);
         assert_eq!(clamp_offset(i64::MAX, 0, 0), 0);
-        // An empty range (start past end never happens; the end wins as in Java).
-        assert_eq!(clamp_offset(7, 9, 8), 8);
+        // Start past end (never from a real log): the start wins below it, as in Java.
+        assert_eq!(clamp_offset(7, 9, 8), 9);
+        assert_eq!(clamp_offset(10, 9, 8), 8);
     }
 
     #[test]
