@@ -357,6 +357,28 @@ pub enum Error {
         /// The member's error.
         source: clink_kafka_wire::group::GroupError,
     },
+    /// A consumer group has active members, and the operation needs it
+    /// inactive (`Empty` or `Dead`), as `kafka-consumer-groups.sh` does.
+    #[error(
+        "group {group_id:?} is {state} with {members} member(s); {operation} needs it inactive \
+         (Empty): stop its consumers first"
+    )]
+    GroupNotEmpty {
+        /// The group id.
+        group_id: String,
+        /// Its state (`Stable`, `PreparingRebalance`, …).
+        state: String,
+        /// How many members it has.
+        members: usize,
+        /// What was refused (e.g. "deleting it").
+        operation: &'static str,
+    },
+    /// The group coordinator does not know the group.
+    #[error("group {group_id:?} does not exist")]
+    GroupNotFound {
+        /// The group id.
+        group_id: String,
+    },
 }
 
 fn broker_suffix(broker: &Option<BrokerRef>) -> String {

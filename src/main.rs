@@ -1,5 +1,5 @@
 //! The `clink-kafka` command line: `produce`, `consume`, `roundtrip`, `copy`,
-//! `txn`, `topics` and `metadata` (an end-to-end check and measurement
+//! `txn`, `topics`, `groups` and `metadata` (an end-to-end check and measurement
 //! against a real cluster). Argument parsing lives here; each command lives
 //! in `src/cli/`, the exit codes in `src/cli/exit.rs`, the log setup in
 //! `src/cli/logs.rs`.
@@ -59,6 +59,9 @@ enum Command {
     Txn(cli::txn::TxnArgs),
     /// Topics: list, describe, create, delete.
     Topics(cli::topics::TopicsArgs),
+    /// Consumer groups (like kafka-consumer-groups.sh): list, describe
+    /// (members, offsets, lag), delete, reset-offsets.
+    Groups(cli::groups::GroupsArgs),
     /// The cluster as Metadata shows it (like kcat -L): brokers, controller,
     /// topics, partitions with leader, replicas and in-sync replicas.
     Metadata(cli::topics::MetadataArgs),
@@ -86,6 +89,7 @@ fn main() -> std::process::ExitCode {
             Command::Copy(args) => cli::copy::run(args).await,
             Command::Txn(args) => cli::txn::run(args).await,
             Command::Topics(args) => cli::topics::run(args).await.map(|()| cli::exit::OK),
+            Command::Groups(args) => cli::groups::run(args).await.map(|()| cli::exit::OK),
             Command::Metadata(args) => cli::topics::metadata(args).await.map(|()| cli::exit::OK),
             Command::Sink2pc(args) => cli::sink2pc::run(args).await.map(|()| cli::exit::OK),
         }

@@ -13,6 +13,7 @@ pub mod copy;
 pub mod exit;
 #[cfg(feature = "failpoints")]
 pub mod fault;
+pub mod groups;
 pub mod logs;
 pub mod produce;
 pub mod progress;

@@ -30,6 +30,8 @@
 //! - [`Consumer`]: manual assignment, seek (offset, earliest, latest, timestamp),
 //!   batched poll, read_committed.
 //! - [`GroupOffsets`]: a group's committed offsets (FindCoordinator, OffsetCommit, OffsetFetch).
+//! - Group administration on [`Admin`]: [`Admin::list_groups`], [`Admin::describe_group`],
+//!   [`Admin::group_lag`], [`Admin::delete_group`], [`Admin::plan_offset_reset`].
 //! - [`TransactionalProducer`]: the transactional producer (KIP-98, KIP-890 aware)
 //!   and its [`Transaction`] guard.
 //! - [`TopicPartition`], [`TopicPartitionOffset`], [`PartitionOffset`]: named
@@ -48,6 +50,7 @@ pub(crate) mod connection;
 pub(crate) mod consumer;
 pub(crate) mod group;
 pub(crate) mod group_consumer;
+pub(crate) mod group_admin;
 pub(crate) mod log_proof;
 pub(crate) mod metrics;
 pub(crate) mod partitioner;
@@ -75,6 +78,10 @@ pub use group::{CommittedOffset, GroupOffsets};
 pub use group_consumer::{
     parse_assignors, ConsumerGroupMetadata, GroupConsumer, GroupConsumerConfig, GroupPoll, GroupProtocol,
     RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
+};
+pub use group_admin::{
+    clamp_offset, parse_datetime, GroupDescription, GroupListing, GroupMember, GroupType, ListGroupsFilter,
+    OffsetReset, PartitionLag, PlannedOffset, ResetScope,
 };
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use producer::{

@@ -55,6 +55,10 @@ const RESPONSES: &[ApiKey] = &[
     ApiKey::Heartbeat,
     ApiKey::LeaveGroup,
     ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::ListGroups,
+    ApiKey::DescribeGroups,
+    ApiKey::DeleteGroups,
+    ApiKey::ConsumerGroupDescribe,
 ];
 
 /// Decodes `body` as the response of `key` at `version`.
@@ -113,6 +117,19 @@ pub fn decode_response_body(key: ApiKey, version: i16, body: &Bytes) {
         ApiKey::Heartbeat => decode_as::<m::HeartbeatResponse>(body, version),
         ApiKey::LeaveGroup => decode_as::<m::LeaveGroupResponse>(body, version),
         ApiKey::ConsumerGroupHeartbeat => decode_as::<m::ConsumerGroupHeartbeatResponse>(body, version),
+        ApiKey::ListGroups => decode_as::<m::ListGroupsResponse>(body, version),
+        ApiKey::DescribeGroups => {
+            let mut r = Reader::new(body);
+            if let Ok(resp) = m::DescribeGroupsResponse::decode_response(&mut r, version) {
+                // Go on into the members' subscriptions and assignments.
+                for member in resp.groups.iter().flat_map(|g| g.members.iter()) {
+                    let _ = crate::group::consumer_protocol::decode_subscription(&member.member_metadata);
+                    let _ = crate::group::consumer_protocol::decode_assignment(&member.member_assignment);
+                }
+            }
+        }
+        ApiKey::DeleteGroups => decode_as::<m::DeleteGroupsResponse>(body, version),
+        ApiKey::ConsumerGroupDescribe => decode_as::<m::ConsumerGroupDescribeResponse>(body, version),
         _ => {}
     }
 }

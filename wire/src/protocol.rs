@@ -95,6 +95,10 @@ api_requests! {
     HeartbeatRequest => HeartbeatResponse, Heartbeat, "Heartbeat", 0..=4;
     LeaveGroupRequest => LeaveGroupResponse, LeaveGroup, "LeaveGroup", 0..=5;
     ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeat, "ConsumerGroupHeartbeat", 0..=1;
+    ListGroupsRequest => ListGroupsResponse, ListGroups, "ListGroups", 0..=5;
+    DescribeGroupsRequest => DescribeGroupsResponse, DescribeGroups, "DescribeGroups", 0..=6;
+    DeleteGroupsRequest => DeleteGroupsResponse, DeleteGroups, "DeleteGroups", 0..=2;
+    ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse, ConsumerGroupDescribe, "ConsumerGroupDescribe", 0..=1;
 }
 
 /// The name we use for an API key, or `ApiKey`'s Debug form for one we do not speak.

@@ -18,6 +18,7 @@ mod describe_transactions;
 mod end_txn;
 mod fetch;
 mod find_coordinator;
+mod group_admin;
 mod group_membership;
 mod init_producer_id;
 mod list_offsets;
