@@ -47,6 +47,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod consumer;
 pub(crate) mod group;
+pub(crate) mod group_consumer;
 pub(crate) mod log_proof;
 pub(crate) mod metrics;
 pub(crate) mod partitioner;
@@ -64,12 +65,17 @@ pub use admin::{
     Admin, BrokerDescription, ClusterDescription, ClusterMetadata, NewTopic, PartitionDescription, TopicDescription,
 };
 pub use backoff::{Backoff, JitterSource};
+pub use clink_kafka_wire::group::Assignor;
 pub use cluster::{BrokerInfo, Cluster, Metadata, PartitionMetadata, TopicMetadata};
 pub use consumer::{
     Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, FetchSessionState, IsolationLevel, LogTruncation, Offset,
     OffsetAndTimestamp, Watermarks,
 };
 pub use group::{CommittedOffset, GroupOffsets};
+pub use group_consumer::{
+    parse_assignors, ConsumerGroupMetadata, GroupConsumer, GroupConsumerConfig, GroupPoll, GroupProtocol,
+    RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
+};
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use producer::{
     Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,
