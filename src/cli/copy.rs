@@ -498,6 +498,9 @@ struct Subtask {
 }
 
 pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
+    if args.group.is_some() {
+        return super::copy_group::run(args).await;
+    }
     let Some(state_dir) = args.state_dir.clone() else {
         bail!("--state-dir is required (unless --group)");
     };
