@@ -264,9 +264,24 @@ async fn at_least_once_loses_nothing_through_sigkills() {
     kill_and_restart(&mut job, &mut rng, KILLS).await;
     feeder.await.expect("feeding");
     tokio::task::block_in_place(|| job.wait_all(Duration::from_secs(90)));
-    let Some((_, duplicated, missing, foreign)) = oracle(&job, RECORDS, "at-least-once", KILLS) else {
+    // Duplicates are allowed: read up to three times the input.
+    let Some(got) = common::java_read_committed(&job.brokers, &job.output, RECORDS * 3, 15_000) else {
         return;
     };
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for v in &got {
+        *counts.entry(v.as_str()).or_default() += 1;
+    }
+    let duplicated = counts.values().filter(|c| **c > 1).count();
+    let missing = (0..RECORDS)
+        .filter(|i| !counts.contains_key(format!("v{i}").as_str()))
+        .count();
+    let foreign = counts.keys().filter(|k| !k.starts_with('v')).count();
+    eprintln!(
+        "campaign: at-least-once: {RECORDS} records, {PROCESSES} processes, {KILLS} kills: {} read back by Kafka's \
+         console consumer (read_committed), {duplicated} duplicated, {missing} missing, {foreign} foreign",
+        got.len()
+    );
     assert_eq!(
         (missing, foreign),
         (0, 0),

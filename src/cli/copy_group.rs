@@ -262,7 +262,15 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
             last_progress = Instant::now();
             job.progress();
         }
-        if last_activity.elapsed() >= until_idle {
+        // A member holding nothing is waiting for a rebalance (a dead
+        // member's session to expire, a join to finish), not idle: it
+        // waits three times as long before it takes the input as drained.
+        let idle_after = if job.consumer.assignment().is_empty() {
+            until_idle.saturating_mul(3)
+        } else {
+            until_idle
+        };
+        if last_activity.elapsed() >= idle_after {
             break;
         }
     }
@@ -286,7 +294,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         counts.copied, counts.transactions, counts.aborted, counts.fenced, counts.rebalances
     );
     eprintln!(
-        "copy: idle for {} ms: left group {group:?}; {} records copied by this process",
+        "copy: idle (--until-idle-ms {}): left group {group:?}; {} records copied by this process",
         args.until_idle_ms,
         thousands(counts.copied)
     );
