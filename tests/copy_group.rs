@@ -21,6 +21,10 @@ use common::proxy::{fault_seed, Rng};
 const BIN: &str = env!("CARGO_BIN_EXE_clink-kafka");
 const PROCESSES: usize = 3;
 
+/// One campaign at a time in this binary: each runs 3 processes and a
+/// feeder, and the machine has 2 cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// One `copy --group` job: its topics, group and processes.
 struct Job {
     brokers: String,
@@ -176,6 +180,7 @@ async fn kill_and_restart(job: &mut Job, rng: &mut Rng, kills: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_copy_exactly_once_through_sigkills() {
     let Some(brokers) = common::brokers() else { return };
+    let _serial = SERIAL.lock().await;
     const RECORDS: usize = 24_000;
     const KILLS: usize = 6;
     let seed = fault_seed() | 1;
@@ -203,6 +208,7 @@ async fn three_processes_copy_exactly_once_through_sigkills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_zombie_is_fenced_and_publishes_nothing_twice() {
     let Some(brokers) = common::brokers() else { return };
+    let _serial = SERIAL.lock().await;
     const RECORDS: usize = 24_000;
     let mut job = Job::new(&brokers, common::config(&brokers), "copy-group-zombie", "exactly-once").await;
     let feeder = feed(&job, common::config(&brokers), RECORDS);
@@ -252,6 +258,7 @@ async fn a_stopped_zombie_is_fenced_and_publishes_nothing_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_loses_nothing_through_sigkills() {
     let Some(brokers) = common::brokers() else { return };
+    let _serial = SERIAL.lock().await;
     const RECORDS: usize = 15_000;
     const KILLS: usize = 3;
     let seed = fault_seed() | 1;
@@ -304,6 +311,7 @@ fn cluster_kill_lock() -> std::fs::File {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_copy_exactly_once_on_the_cluster_with_a_broker_killed() {
     let Some(brokers) = kc::brokers() else { return };
+    let _serial = SERIAL.lock().await;
     const RECORDS: usize = 24_000;
     const KILLS: usize = 4;
     let _lock = kc::ClusterLock::take();
