@@ -379,6 +379,34 @@ pub enum Error {
         /// The group id.
         group_id: String,
     },
+    /// KIP-447: the group coordinator refused the consumer group metadata a
+    /// transactional offset commit carried (TxnOffsetCommit v3+ answered
+    /// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID or
+    /// STALE_MEMBER_EPOCH): this member is a zombie of an older generation
+    /// and its partitions may belong to another member now. The transaction
+    /// can only be aborted; the producer stays usable after the abort.
+    #[error("transactional offset commit for group {group_id:?} (generation {generation_id}, member {member_id:?}{}) was fenced: TxnOffsetCommit answered {code}{}; the transaction must be aborted", instance_suffix(.group_instance_id), broker_suffix(.broker))]
+    GroupMetadataFenced {
+        /// `group.id`.
+        group_id: String,
+        /// The generation (or KIP-848 member epoch) the commit carried.
+        generation_id: i32,
+        /// The member id the commit carried.
+        member_id: String,
+        /// `group.instance.id`, for a static member.
+        group_instance_id: Option<String>,
+        /// The coordinator's answer.
+        code: KafkaCode,
+        /// The broker that answered, when known.
+        broker: Option<BrokerRef>,
+    },
+}
+
+fn instance_suffix(instance: &Option<String>) -> String {
+    match instance {
+        Some(i) => format!(", instance {i:?}"),
+        None => String::new(),
+    }
 }
 
 fn broker_suffix(broker: &Option<BrokerRef>) -> String {
@@ -451,6 +479,7 @@ impl Error {
             Error::ProducerFenced { .. } => Some(KafkaCode::PRODUCER_FENCED),
             Error::InvalidProducerEpoch { .. } => Some(KafkaCode::INVALID_PRODUCER_EPOCH),
             Error::TransactionalIdAuthorizationFailed { .. } => Some(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            Error::GroupMetadataFenced { code, .. } => Some(*code),
             _ => None,
         }
     }

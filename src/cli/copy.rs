@@ -191,8 +191,19 @@ pub struct CopyArgs {
     #[arg(long)]
     pub to: String,
     /// Checkpoint state, COMPLETED/CONFIRMED markers and (under _jobs/) commit receipts.
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: PathBuf,
+    /// Required unless --group.
+    #[arg(long, value_name = "DIR", required_unless_present = "group")]
+    pub state_dir: Option<PathBuf>,
+    /// Run as a member of this consumer group instead (src/cli/copy_group.rs):
+    /// start the same command in several processes, each with its own
+    /// --transactional-id; the group spreads --from's partitions over them,
+    /// and each commits its input offsets inside its output transaction
+    /// (KIP-447). No --state-dir.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// With --group: session.timeout.ms of the member (default 45000).
+    #[arg(long, value_name = "MS", requires = "group")]
+    pub session_timeout_ms: Option<u64>,
     /// The sinks' transactional.id (subtask i uses <id>-<i> when --parallelism
     /// is above 1); keep it across restarts of one job.
     #[arg(long)]
@@ -208,12 +219,19 @@ pub struct CopyArgs {
     /// Most records one source poll hands over (the source's max_batch_size).
     #[arg(long, value_name = "N")]
     pub max_batch_records: Option<usize>,
-    /// Take a checkpoint once this many records arrived since the last one.
-    #[arg(long, value_name = "N", conflicts_with = "checkpoint_interval_ms")]
+    /// Take a checkpoint once this many records arrived since the last one
+    /// (with --group: commit the transaction; alias --commit-every-records).
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "checkpoint_interval_ms",
+        alias = "commit-every-records"
+    )]
     pub checkpoint_every_records: Option<u64>,
     /// Take a checkpoint this often (when records arrived). Default 1000
-    /// unless --checkpoint-every-records is given.
-    #[arg(long, value_name = "MS")]
+    /// unless --checkpoint-every-records is given (with --group: commit the
+    /// transaction; alias --commit-every-ms).
+    #[arg(long, value_name = "MS", alias = "commit-every-ms")]
     pub checkpoint_interval_ms: Option<u64>,
     /// Exit 0 once the source has had nothing for this long, after a final checkpoint.
     #[arg(long, value_name = "MS", default_value_t = 5_000)]
@@ -480,6 +498,12 @@ struct Subtask {
 }
 
 pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
+    if args.group.is_some() {
+        return super::copy_group::run(args).await;
+    }
+    let Some(state_dir) = args.state_dir.clone() else {
+        bail!("--state-dir is required (unless --group)");
+    };
     if args.parallelism == 0 || args.parallelism > MAX_PARALLELISM {
         bail!(
             "--parallelism must be between 1 and {MAX_PARALLELISM} (got {})",
@@ -490,7 +514,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     super::fault::arm_faults(args.parallelism)?;
     // Before anything reads the state directory or reaches a broker (an
     // init would fence the running instance's transactions).
-    let Some(_lock) = lock_state_dir(&args.state_dir, Duration::from_millis(args.lock_wait_ms)).await? else {
+    let Some(_lock) = lock_state_dir(&state_dir, Duration::from_millis(args.lock_wait_ms)).await? else {
         return Ok(super::exit::COPY_LOCKED);
     };
     let _metrics = args.metrics.start().await?;
@@ -504,7 +528,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
     let security = connector_security(&client);
     let parallelism = args.parallelism.to_string();
     let store = CheckpointStore::open(
-        &args.state_dir,
+        &state_dir,
         &[
             ("from", args.from.as_str()),
             ("to", args.to.as_str()),

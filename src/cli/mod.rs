@@ -10,6 +10,7 @@ use clink_kafka::wire::secret::Secret;
 pub mod backend;
 pub mod consume;
 pub mod copy;
+pub mod copy_group;
 pub mod exit;
 #[cfg(feature = "failpoints")]
 pub mod fault;

@@ -30,6 +30,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use clink_kafka_wire::group::ConsumerGroupMetadata;
 use clink_kafka_wire::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use clink_kafka_wire::kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
@@ -56,6 +57,16 @@ use crate::error::{BrokerRef, Error, Result};
 pub(crate) const KEY_TYPE_TRANSACTION: i8 = 1;
 /// TRANSACTIONAL_ID_NOT_FOUND (KIP-664).
 pub(crate) const TRANSACTIONAL_ID_NOT_FOUND: KafkaCode = KafkaCode(105);
+
+/// The group coordinator's answers to a TxnOffsetCommit whose group
+/// metadata is not the group's (KIP-447): ILLEGAL_GENERATION,
+/// UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, STALE_MEMBER_EPOCH (a KIP-848
+/// member's epoch). The Java producer makes each an abortable error
+/// (`CommitFailedException`, `FencedInstanceIdException`).
+const GROUP_METADATA_FENCED: [KafkaCode; 4] = [KafkaCode(22), KafkaCode(25), KafkaCode(82), KafkaCode(113)];
+
+/// The first TxnOffsetCommit version with the group metadata (KIP-447).
+const TXN_OFFSET_COMMIT_GROUP_METADATA_VERSION: i16 = 3;
 
 /// Which transaction protocol is spoken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -920,6 +931,40 @@ impl TransactionalProducer {
         group_id: &str,
         offsets: &[TopicPartitionOffset],
     ) -> Result<()> {
+        self.send_offsets_inner(group_id, offsets, None).await
+    }
+
+    /// [`send_offsets_to_transaction`](Self::send_offsets_to_transaction)
+    /// with the consumer's group metadata (KIP-447): TxnOffsetCommit v3+
+    /// carries its generation, member id and instance id, and the group
+    /// coordinator refuses the commit of a member that is no longer in that
+    /// generation ([`Error::GroupMetadataFenced`]; the transaction is then
+    /// abort-only).
+    ///
+    /// # Cancel safety
+    ///
+    /// As `send_offsets_to_transaction`.
+    pub(crate) async fn send_offsets_with_metadata(
+        &self,
+        offsets: &[TopicPartitionOffset],
+        metadata: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        if metadata.group_id.is_empty() {
+            return Err(Error::Config {
+                option: "group.id",
+                message: "the consumer group metadata names no group".into(),
+            });
+        }
+        self.send_offsets_inner(&metadata.group_id, offsets, Some(metadata))
+            .await
+    }
+
+    async fn send_offsets_inner(
+        &self,
+        group_id: &str,
+        offsets: &[TopicPartitionOffset],
+        metadata: Option<&ConsumerGroupMetadata>,
+    ) -> Result<()> {
         self.check()?;
         if *self.phase.lock().expect("phase lock") == Phase::Ready {
             return Err(self.invalid_state("send_offsets_to_transaction: no open transaction"));
@@ -991,10 +1036,38 @@ impl TransactionalProducer {
                 request.producer_epoch = identity.producer_epoch;
                 request.generation_id = -1;
                 request.member_id = StrBytes::from_static_str("");
+                if let Some(m) = metadata {
+                    if version < TXN_OFFSET_COMMIT_GROUP_METADATA_VERSION {
+                        return Err(Error::Protocol {
+                            broker: conn.broker().clone(),
+                            api: "TxnOffsetCommit",
+                            source: Arc::new(clink_kafka_wire::Error::Invalid {
+                                context: "TxnOffsetCommit",
+                                message: format!(
+                                    "KIP-447 group metadata needs TxnOffsetCommit \
+                                     v{TXN_OFFSET_COMMIT_GROUP_METADATA_VERSION}; the broker speaks up to v{version}"
+                                ),
+                            }),
+                        });
+                    }
+                    request.generation_id = m.generation_id;
+                    request.member_id = StrBytes::from_string(m.member_id.clone());
+                    request.group_instance_id = m.group_instance_id.clone().map(StrBytes::from_string);
+                }
                 request.topics = topics.clone();
                 let response = conn.request_at(version, &request).await?;
                 for t in &response.topics {
                     for p in &t.partitions {
+                        if p.error_code != 0 && GROUP_METADATA_FENCED.contains(&KafkaCode(p.error_code)) {
+                            return Err(Error::GroupMetadataFenced {
+                                group_id: group_id.to_owned(),
+                                generation_id: request.generation_id,
+                                member_id: request.member_id.to_string(),
+                                group_instance_id: request.group_instance_id.as_ref().map(|i| i.to_string()),
+                                code: KafkaCode(p.error_code),
+                                broker: Some(conn.broker().clone()),
+                            });
+                        }
                         if p.error_code != 0 {
                             let mut e = txn_error("TxnOffsetCommit", conn.broker(), id, identity, p.error_code, None);
                             if let Error::Kafka { topic, partition, .. } = &mut e {
@@ -1011,6 +1084,12 @@ impl TransactionalProducer {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
+            if let Error::GroupMetadataFenced { .. } = &err {
+                // Abort-only, as a failed record: `commit` refuses, `abort` clears it.
+                tracing::warn!(transactional_id = %id, error = %err, "the group fenced this transaction's offsets");
+                self.producer.record_failure(err.clone());
+                return Err(err);
+            }
             let delay = backoff.next_delay();
             if retry_as(&err) == RetryAs::Fail || started.elapsed() + delay >= core.config.max_block {
                 return Err(core.check_fatal(err));
@@ -1184,6 +1263,40 @@ impl Transaction<'_> {
     /// coordinator keeps the last ones given), or abort.
     pub async fn send_offsets(&mut self, group_id: &str, offsets: &[TopicPartitionOffset]) -> Result<()> {
         self.producer.send_offsets_to_transaction(group_id, offsets).await
+    }
+
+    /// [`send_offsets`](Self::send_offsets) for a group member
+    /// ([KIP-447]): the offsets are committed for `metadata.group_id` if and
+    /// only if the transaction commits, and TxnOffsetCommit (v3+, under
+    /// both transaction protocols) carries the member's generation, member
+    /// id and `group.instance.id`, so the group coordinator refuses the
+    /// commit of a zombie: a member whose generation is gone (its
+    /// partitions were moved in a rebalance), that the group no longer
+    /// knows, or a static member fenced by a newer instance. That refusal is
+    /// [`Error::GroupMetadataFenced`] and leaves the transaction abort-only:
+    /// `commit` then fails with [`Error::TransactionAbortRequired`];
+    /// [`abort`](Self::abort) it (its records are discarded, the producer
+    /// goes on). Take `metadata` from the consumer right before the call
+    /// (`GroupConsumer::group_metadata`), after the last poll whose records
+    /// are in the transaction.
+    ///
+    /// Under transaction.version 1 AddOffsetsToTxn goes first; under 2
+    /// TxnOffsetCommit v5 adds the offsets to the transaction itself
+    /// (KIP-890). A broker without TxnOffsetCommit v3 is refused with
+    /// [`Error::Protocol`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, as `send_offsets`: call it again with the same
+    /// offsets, or abort.
+    ///
+    /// [KIP-447]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-447%3A+Producer+scalability+for+exactly+once+semantics
+    pub async fn send_offsets_with_metadata(
+        &mut self,
+        offsets: &[TopicPartitionOffset],
+        metadata: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        self.producer.send_offsets_with_metadata(offsets, metadata).await
     }
 
     /// The identity this transaction runs under, as a handle to stage for
