@@ -10,6 +10,9 @@
 // linger 5 ms, batch.size 256 KiB (before compression), franz-go's default
 // partitioner; one callback per record counts failures. It prints
 // "produced N records (F failed)" on stderr and exits non-zero if F > 0.
+// With -rate R: R records per second, paced in 10 ms ticks, round robin over
+// the partitions (a live feed for benches/groups/run); -count 0 with -rate
+// produces until SIGTERM or SIGINT.
 //
 // consume: from the beginning of every partition, no group, until N records;
 // one '.' per record to stdout (buffered), like `kcat -f .` and our CLI's
@@ -119,8 +122,11 @@ func produce(argv []string) error {
 	compression := fs.String("compression", "none", "none, gzip, snappy, lz4 or zstd")
 	lingerMs := fs.Int("linger-ms", 5, "linger in milliseconds")
 	batchSize := fs.Int("batch-size", 256*1024, "max bytes of a record batch before compression")
+	rate := fs.Int("rate", 0, "records per second, round robin over the partitions (0: as fast as possible)")
 	fs.Parse(argv)
-	if err := c.check(); err != nil {
+	if c.count == 0 && *rate > 0 && c.topic != "" {
+		c.count = -1 // until a signal
+	} else if err := c.check(); err != nil {
 		return err
 	}
 	if *valueSize < 0 {
@@ -130,14 +136,18 @@ func produce(argv []string) error {
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(c.brokers, ",")...),
 		kgo.DefaultProduceTopic(c.topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotent: franz-go's default with acks=all
-		kgo.ProducerLinger(time.Duration(*lingerMs)*time.Millisecond),
+		kgo.ProducerLinger(time.Duration(*lingerMs) * time.Millisecond),
 		kgo.ProducerBatchMaxBytes(int32(*batchSize)),
 		kgo.ProducerBatchCompression(cc),
-	)
+	}
+	if *rate > 0 {
+		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -153,16 +163,35 @@ func produce(argv []string) error {
 		}
 	}
 	ctx := context.Background()
-	for i := int64(0); i < c.count; i++ {
-		// One Record per record, as an application would; the value bytes
-		// are shared, as they are for our CLI's generated values.
-		cl.Produce(ctx, &kgo.Record{Value: value}, done)
+	var sent int64
+	if *rate > 0 {
+		sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		started := time.Now()
+		for (c.count < 0 || sent < c.count) && sig.Err() == nil {
+			select {
+			case <-sig.Done():
+			case now := <-tick.C:
+				due := int64(now.Sub(started).Seconds() * float64(*rate))
+				for ; sent < due && (c.count < 0 || sent < c.count); sent++ {
+					cl.Produce(ctx, &kgo.Record{Value: value}, done)
+				}
+			}
+		}
+	} else {
+		for ; sent < c.count; sent++ {
+			// One Record per record, as an application would; the value bytes
+			// are shared, as they are for our CLI's generated values.
+			cl.Produce(ctx, &kgo.Record{Value: value}, done)
+		}
 	}
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
 	f := failed.Load()
-	fmt.Fprintf(os.Stderr, "produced %d records (%d failed)\n", c.count-f, f)
+	fmt.Fprintf(os.Stderr, "produced %d records (%d failed)\n", sent-f, f)
 	if f > 0 {
 		return fmt.Errorf("%d records failed, first: %v", f, firstErr.Load())
 	}
