@@ -28,8 +28,9 @@
 // default, 5 s) and on leave. -count 0 consumes until SIGTERM or SIGINT,
 // which close the client: commit, then leave the group (no leave with
 // -instance-id, a static member). -format lines prints "PARTITION OFFSET"
-// per record instead of '.', and both formats are flushed after every poll
-// in group mode, so the harness sees when each record arrived.
+// per record instead of '.' (also without -group); lines, and both formats
+// in group mode, are flushed after every poll, so the harness sees when each
+// record arrived.
 //
 // This is a benchmark client, written for this repository; it measures
 // nothing itself (the harness takes CPU, wall time and peak RSS from wait4).
@@ -267,7 +268,7 @@ func consume(argv []string) error {
 
 	out := bufio.NewWriterSize(os.Stdout, 64*1024)
 	lines := *format == "lines"
-	flushEach := *group != ""
+	flushEach := *group != "" || lines
 	var got int64
 	var line []byte
 	for c.count == 0 || got < c.count {
