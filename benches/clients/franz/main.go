@@ -4,16 +4,33 @@
 //
 //	franz-bench produce -brokers B -topic T -count N -value-size S -compression C
 //	franz-bench consume -brokers B -topic T -count N
+//	franz-bench consume -brokers B -topic T -group G [-group-protocol classic|consumer] [-count N]
 //
 // produce: N records of S bytes of 'x', no key, acks=all, idempotent,
 // linger 5 ms, batch.size 256 KiB (before compression), franz-go's default
 // partitioner; one callback per record counts failures. It prints
 // "produced N records (F failed)" on stderr and exits non-zero if F > 0.
+// With -rate R: R records per second, paced in 10 ms ticks, round robin over
+// the partitions (a live feed for benches/groups/run); -count 0 with -rate
+// produces until SIGTERM or SIGINT.
 //
 // consume: from the beginning of every partition, no group, until N records;
 // one '.' per record to stdout (buffered), like `kcat -f .` and our CLI's
 // `--format .`, so the harness checks the count by the output's size. More
 // records than N, or none for -idle-timeout, is an error.
+//
+// consume -group G: the same as a member of consumer group G (kgo.ConsumerGroup,
+// subscribing to the topic): the classic protocol with franz-go's default
+// cooperative-sticky balancer, or KIP-848 (-group-protocol consumer:
+// kgo.ServerSideBalancer, the broker's "uniform" assignor; -remote-assignor
+// range picks "range"). A fresh group starts at the earliest offset
+// (auto.offset.reset=earliest); offsets are auto-committed (franz-go's
+// default, 5 s) and on leave. -count 0 consumes until SIGTERM or SIGINT,
+// which close the client: commit, then leave the group (no leave with
+// -instance-id, a static member). -format lines prints "PARTITION OFFSET"
+// per record instead of '.' (also without -group); lines, and both formats
+// in group mode, are flushed after every poll, so the harness sees when each
+// record arrived.
 //
 // This is a benchmark client, written for this repository; it measures
 // nothing itself (the harness takes CPU, wall time and peak RSS from wait4).
@@ -26,8 +43,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -103,8 +123,11 @@ func produce(argv []string) error {
 	compression := fs.String("compression", "none", "none, gzip, snappy, lz4 or zstd")
 	lingerMs := fs.Int("linger-ms", 5, "linger in milliseconds")
 	batchSize := fs.Int("batch-size", 256*1024, "max bytes of a record batch before compression")
+	rate := fs.Int("rate", 0, "records per second, round robin over the partitions (0: as fast as possible)")
 	fs.Parse(argv)
-	if err := c.check(); err != nil {
+	if c.count == 0 && *rate > 0 && c.topic != "" {
+		c.count = -1 // until a signal
+	} else if err := c.check(); err != nil {
 		return err
 	}
 	if *valueSize < 0 {
@@ -114,14 +137,18 @@ func produce(argv []string) error {
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(c.brokers, ",")...),
 		kgo.DefaultProduceTopic(c.topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotent: franz-go's default with acks=all
-		kgo.ProducerLinger(time.Duration(*lingerMs)*time.Millisecond),
+		kgo.ProducerLinger(time.Duration(*lingerMs) * time.Millisecond),
 		kgo.ProducerBatchMaxBytes(int32(*batchSize)),
 		kgo.ProducerBatchCompression(cc),
-	)
+	}
+	if *rate > 0 {
+		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -137,16 +164,35 @@ func produce(argv []string) error {
 		}
 	}
 	ctx := context.Background()
-	for i := int64(0); i < c.count; i++ {
-		// One Record per record, as an application would; the value bytes
-		// are shared, as they are for our CLI's generated values.
-		cl.Produce(ctx, &kgo.Record{Value: value}, done)
+	var sent int64
+	if *rate > 0 {
+		sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		started := time.Now()
+		for (c.count < 0 || sent < c.count) && sig.Err() == nil {
+			select {
+			case <-sig.Done():
+			case now := <-tick.C:
+				due := int64(now.Sub(started).Seconds() * float64(*rate))
+				for ; sent < due && (c.count < 0 || sent < c.count); sent++ {
+					cl.Produce(ctx, &kgo.Record{Value: value}, done)
+				}
+			}
+		}
+	} else {
+		for ; sent < c.count; sent++ {
+			// One Record per record, as an application would; the value bytes
+			// are shared, as they are for our CLI's generated values.
+			cl.Produce(ctx, &kgo.Record{Value: value}, done)
+		}
 	}
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
 	f := failed.Load()
-	fmt.Fprintf(os.Stderr, "produced %d records (%d failed)\n", c.count-f, f)
+	fmt.Fprintf(os.Stderr, "produced %d records (%d failed)\n", sent-f, f)
 	if f > 0 {
 		return fmt.Errorf("%d records failed, first: %v", f, firstErr.Load())
 	}
@@ -157,48 +203,122 @@ func consume(argv []string) error {
 	var c common
 	fs := flag.NewFlagSet("consume", flag.ExitOnError)
 	c.register(fs)
-	idle := fs.Duration("idle-timeout", 30*time.Second, "give up after this long without a record")
+	idle := fs.Duration("idle-timeout", 30*time.Second, "give up after this long without a record (0: never)")
+	group := fs.String("group", "", "consume as a member of this consumer group (default: no group)")
+	protocol := fs.String("group-protocol", "classic", "with -group: classic or consumer (KIP-848)")
+	remoteAssignor := fs.String("remote-assignor", "uniform", "with -group-protocol consumer: uniform or range")
+	session := fs.Duration("session-timeout", 45*time.Second, "with -group classic: session.timeout.ms")
+	heartbeat := fs.Duration("heartbeat-interval", 3*time.Second, "with -group classic: heartbeat.interval.ms")
+	instanceID := fs.String("instance-id", "", "with -group: group.instance.id (a static member)")
+	format := fs.String("format", "dots", "dots ('.' per record) or lines (\"PARTITION OFFSET\" per record)")
+	verbose := fs.Bool("v", false, "franz-go's info log on stderr")
 	fs.Parse(argv)
-	if err := c.check(); err != nil {
-		return err
+	if c.topic == "" {
+		return errors.New("-topic is required")
 	}
-	cl, err := kgo.NewClient(
+	if c.count < 0 || (c.count == 0 && *group == "") {
+		return fmt.Errorf("-count must be at least 1 (0 only with -group: until a signal), got %d", c.count)
+	}
+	if *format != "dots" && *format != "lines" {
+		return fmt.Errorf("-format: unknown %q; allowed: dots, lines", *format)
+	}
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(c.brokers, ",")...),
 		kgo.ConsumeTopics(c.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-	)
+	}
+	if *group != "" {
+		opts = append(opts, kgo.ConsumerGroup(*group))
+		switch *protocol {
+		case "classic":
+			opts = append(opts, kgo.SessionTimeout(*session), kgo.HeartbeatInterval(*heartbeat))
+		case "consumer":
+			// The broker's assignor follows the first balancer:
+			// cooperative-sticky -> uniform, range -> range.
+			switch *remoteAssignor {
+			case "uniform":
+			case "range":
+				opts = append(opts, kgo.Balancers(kgo.RangeBalancer()))
+			default:
+				return fmt.Errorf("-remote-assignor: unknown %q; allowed: uniform, range", *remoteAssignor)
+			}
+			opts = append(opts, kgo.ServerSideBalancer())
+		default:
+			return fmt.Errorf("-group-protocol: unknown %q; allowed: classic, consumer", *protocol)
+		}
+		if *instanceID != "" {
+			opts = append(opts, kgo.InstanceID(*instanceID))
+		}
+	} else if *protocol != "classic" || *instanceID != "" {
+		return errors.New("-group-protocol and -instance-id need -group")
+	}
+	if *verbose {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
+	// Close commits (auto-commit) and leaves the group; it runs on every
+	// return, also after a signal.
 	defer cl.Close()
 
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
 	out := bufio.NewWriterSize(os.Stdout, 64*1024)
+	lines := *format == "lines"
+	flushEach := *group != "" || lines
 	var got int64
-	for got < c.count {
-		ctx, cancel := context.WithTimeout(context.Background(), *idle)
-		fetches := cl.PollFetches(ctx)
+	var line []byte
+	for c.count == 0 || got < c.count {
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
+		if *idle > 0 {
+			pollCtx, cancel = context.WithTimeout(ctx, *idle)
+		}
+		fetches := cl.PollFetches(pollCtx)
+		timedOut := pollCtx.Err() != nil
 		cancel()
-		if ctx.Err() != nil && fetches.NumRecords() == 0 {
+		if fetches.IsClientClosed() {
+			return errors.New("client closed")
+		}
+		if timedOut && ctx.Err() == nil && fetches.NumRecords() == 0 {
 			return fmt.Errorf("no record for %v after %d of %d records", *idle, got, c.count)
 		}
 		var ferr error
 		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && ferr == nil {
 				ferr = fmt.Errorf("fetch %s[%d]: %w", t, p, err)
 			}
 		})
 		if ferr != nil {
 			return ferr
 		}
-		fetches.EachRecord(func(*kgo.Record) {
+		fetches.EachRecord(func(r *kgo.Record) {
 			got++
-			out.WriteByte('.')
+			if lines {
+				line = strconv.AppendInt(line[:0], int64(r.Partition), 10)
+				line = append(line, ' ')
+				line = strconv.AppendInt(line, r.Offset, 10)
+				line = append(line, '\n')
+				out.Write(line)
+			} else {
+				out.WriteByte('.')
+			}
 		})
+		if flushEach {
+			if err := out.Flush(); err != nil {
+				return fmt.Errorf("writing stdout: %w", err)
+			}
+		}
+		if ctx.Err() != nil {
+			break // signalled: what this poll returned is printed; Close commits it and leaves
+		}
 	}
 	if err := out.Flush(); err != nil {
 		return fmt.Errorf("writing stdout: %w", err)
 	}
-	if got != c.count {
+	if c.count > 0 && got != c.count {
 		return fmt.Errorf("consumed %d records, expected exactly %d", got, c.count)
 	}
 	return nil
