@@ -349,6 +349,14 @@ pub enum Error {
         /// The record's failure.
         cause: Box<Error>,
     },
+    /// The consumer group membership failed for good (fenced static
+    /// member, a coordinator error that ends membership, a bad
+    /// configuration); every later call of the group consumer returns it.
+    #[error("consumer group membership failed: {source}")]
+    Group {
+        /// The member's error.
+        source: clink_kafka_wire::group::GroupError,
+    },
 }
 
 fn broker_suffix(broker: &Option<BrokerRef>) -> String {

@@ -94,6 +94,23 @@ impl GroupOffsets {
     /// metadata). Every partition must be accepted; the first refusal is the
     /// error.
     pub async fn commit(&self, offsets: &[TopicPartitionOffset]) -> Result<()> {
+        self.commit_as(offsets, None).await
+    }
+
+    /// [`commit`](Self::commit) as a member of the group: OffsetCommit
+    /// carries `member`'s generation (the member epoch under KIP-848),
+    /// member id and `group.instance.id`, so the coordinator refuses a
+    /// commit from a member it no longer counts (ILLEGAL_GENERATION,
+    /// UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, STALE_MEMBER_EPOCH). `None`:
+    /// the standalone commit (generation -1).
+    pub async fn commit_as(
+        &self,
+        offsets: &[TopicPartitionOffset],
+        member: Option<&clink_kafka_wire::group::ConsumerGroupMetadata>,
+    ) -> Result<()> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
         let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
         for o in offsets {
             let mut p = OffsetCommitRequestPartition::default();
@@ -105,8 +122,17 @@ impl GroupOffsets {
         }
         let mut request = OffsetCommitRequest::default();
         request.group_id = GroupId(StrBytes::from_string(self.group_id.clone()));
-        request.generation_id_or_member_epoch = -1;
-        request.member_id = StrBytes::from_static_str("");
+        match member {
+            Some(m) => {
+                request.generation_id_or_member_epoch = m.generation_id;
+                request.member_id = StrBytes::from_string(m.member_id.clone());
+                request.group_instance_id = m.group_instance_id.as_ref().map(|i| StrBytes::from_string(i.clone()));
+            }
+            None => {
+                request.generation_id_or_member_epoch = -1;
+                request.member_id = StrBytes::from_static_str("");
+            }
+        }
         request.retention_time_ms = -1;
         request.topics = by_topic
             .into_iter()

@@ -47,6 +47,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod consumer;
 pub(crate) mod group;
+pub(crate) mod group_consumer;
 pub(crate) mod log_proof;
 pub(crate) mod metrics;
 pub(crate) mod partitioner;
@@ -70,6 +71,11 @@ pub use consumer::{
     OffsetAndTimestamp, Watermarks,
 };
 pub use group::{CommittedOffset, GroupOffsets};
+pub use group_consumer::{
+    parse_assignors, ConsumerGroupMetadata, GroupConsumer, GroupConsumerConfig, GroupPoll, GroupProtocol,
+    RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
+};
+pub use clink_kafka_wire::group::Assignor;
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use producer::{
     Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,

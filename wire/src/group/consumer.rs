@@ -30,8 +30,13 @@
 //! - **Leave** ([`ConsumerMember::leave`]): revoke everything (commit),
 //!   then a heartbeat with epoch -1 (-2 static), then `Left`.
 //!
-//! Not here: subscription by regular expression (v1's
-//! `subscribed_topic_regex`, the field is left empty), sparse heartbeats.
+//! - **Regular expressions** ([`ConsumerMember::set_subscription_regex`],
+//!   ConsumerGroupHeartbeat v1's `subscribed_topic_regex`, KIP-848): the
+//!   broker resolves the pattern (RE2/J syntax, whole-name match) against
+//!   its topics, including ones created later; the member then sends no
+//!   topic names.
+//!
+//! Not here: sparse heartbeats.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -40,7 +45,7 @@ use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeart
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::member::GroupError;
+use super::member::{ConsumerGroupMetadata, GroupError};
 use crate::error_code::KafkaCode;
 
 const UNKNOWN_MEMBER_ID: i16 = 25;
@@ -169,6 +174,8 @@ pub struct ConsumerMember {
     config: ConsumerGroupConfig,
     state: ConsumerMemberState,
     subscription: BTreeSet<String>,
+    /// KIP-848 `subscribed_topic_regex` (replaces the names when set).
+    regex: Option<String>,
     epoch: i32,
     owned: IdPartitionSet,
     /// Revoked, being committed: still reported as owned.
@@ -200,6 +207,7 @@ impl ConsumerMember {
             config,
             state: ConsumerMemberState::Unjoined,
             subscription: BTreeSet::new(),
+            regex: None,
             epoch: 0,
             owned: IdPartitionSet::new(),
             revoking: IdPartitionSet::new(),
@@ -234,6 +242,28 @@ impl ConsumerMember {
     pub fn error(&self) -> Option<&GroupError> {
         self.error.as_ref()
     }
+    /// The member id (the client's, or the one the broker answered with).
+    pub fn member_id(&self) -> &str {
+        &self.config.member_id
+    }
+    /// The regular expression subscribed to, if any.
+    pub fn subscription_regex(&self) -> Option<&str> {
+        self.regex.as_deref()
+    }
+    /// What offset commits must carry (the member epoch in
+    /// `generation_id`); `None` while the member has no epoch.
+    pub fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        (self.epoch > 0).then(|| ConsumerGroupMetadata {
+            group_id: self.config.group_id.clone(),
+            generation_id: self.epoch,
+            member_id: self.config.member_id.clone(),
+            group_instance_id: self.config.group_instance_id.clone(),
+        })
+    }
+
+    fn subscribed(&self) -> bool {
+        !self.subscription.is_empty() || self.regex.is_some()
+    }
 
     fn terminal(&self) -> bool {
         matches!(self.state, ConsumerMemberState::Left | ConsumerMemberState::Fatal)
@@ -243,6 +273,17 @@ impl ConsumerMember {
     pub fn set_subscription(&mut self, topics: BTreeSet<String>) {
         if topics != self.subscription {
             self.subscription = topics;
+            self.next_heartbeat_at = 0;
+        }
+    }
+
+    /// Subscribes by regular expression instead of (or, with `None`, no
+    /// longer by) [`set_subscription`](Self::set_subscription)'s names;
+    /// the broker matches it against whole topic names. Needs
+    /// ConsumerGroupHeartbeat v1.
+    pub fn set_subscription_regex(&mut self, regex: Option<String>) {
+        if regex != self.regex {
+            self.regex = regex;
             self.next_heartbeat_at = 0;
         }
     }
@@ -439,7 +480,12 @@ impl ConsumerMember {
         if epoch >= 0 {
             r.rack_id = self.config.rack_id.as_deref().map(str_bytes);
             r.rebalance_timeout_ms = i32::try_from(self.config.max_poll_interval_ms).unwrap_or(i32::MAX);
-            r.subscribed_topic_names = Some(self.subscription.iter().map(|t| TopicName(str_bytes(t))).collect());
+            match &self.regex {
+                Some(re) => r.subscribed_topic_regex = Some(str_bytes(re)),
+                None => {
+                    r.subscribed_topic_names = Some(self.subscription.iter().map(|t| TopicName(str_bytes(t))).collect())
+                }
+            }
             r.server_assignor = self.config.server_assignor.as_deref().map(str_bytes);
             let mut by: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
             for p in self.owned.iter().chain(self.revoking.iter()) {
@@ -509,7 +555,7 @@ impl ConsumerMember {
                 Some(Action848::Heartbeat(self.request(epoch)))
             }
             ConsumerMemberState::Unjoined => {
-                if self.poll_expired || self.subscription.is_empty() || now < self.backoff_until {
+                if self.poll_expired || !self.subscribed() || now < self.backoff_until {
                     return None;
                 }
                 self.state = ConsumerMemberState::Joining;

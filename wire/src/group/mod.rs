@@ -121,11 +121,11 @@
 //!
 //! # Not here (yet)
 //!
-//! Regex subscriptions (KIP-848's `subscribed_topic_regex`, and the
-//! classic protocol's client-side pattern matching); rack-aware range
+//! Rack-aware range
 //! assignment; KIP-848 sparse heartbeats; the byte-exact Java
-//! `AbstractStickyAssignor` under unequal subscriptions; the async driver,
-//! offsets (OffsetCommit/OffsetFetch, auto-commit) and the CLI. The answers
+//! `AbstractStickyAssignor` under unequal subscriptions. The async driver,
+//! offsets and the classic protocol's client-side pattern matching are in
+//! the client's `group_consumer.rs`. The answers
 //! are decoded from the network by `messages/group_membership.rs`
 //! (JoinGroup v2..=v9, SyncGroup v0..=v5, Heartbeat v0..=v4, LeaveGroup
 //! v0..=v5, ConsumerGroupHeartbeat v0..=v1), bounded like every decoder.
@@ -141,8 +141,10 @@ pub mod fuzzing;
 mod tests;
 
 pub use assignor::{Assignor, MemberSubscription, PartitionSet, RebalanceProtocol, TopicPartition};
-pub use consumer::{ConsumerGroupConfig, ConsumerMember, ConsumerMemberState, GroupEvent848, IdPartition};
+pub use consumer::{Action848, ConsumerGroupConfig, ConsumerMember, ConsumerMemberState, GroupEvent848, IdPartition};
 pub use member::{
     Action, ClassicMember, ConsumerGroupMetadata, GroupConfig, GroupError, GroupEvent, GroupRequest, MemberState,
     RequestKind,
 };
+/// Topic ids (KIP-516), as [`IdPartition`] names them.
+pub use uuid::Uuid;
