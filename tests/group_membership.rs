@@ -408,11 +408,12 @@ async fn rolling_bounce(protocol: GroupProtocol) {
         let name = old.name.clone();
         let started = Instant::now();
         old.stop(Stop::Close).await;
+        let closed = started.elapsed();
         let config = group_config(&group, protocol, None);
         members.insert(i, Member::start(&cluster, config, &topic, &name, ledger.clone()).await);
         settled(&members.iter().collect::<Vec<_>>(), limit, &format!("bounce of {name}")).await;
         eprintln!(
-            "{} bounce of {name}: settled after {:?}",
+            "{} bounce of {name}: closed after {closed:?}, the group settled after {:?}",
             protocol.name(),
             started.elapsed()
         );
