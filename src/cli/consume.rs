@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use clink_kafka::client::{Cluster, Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, Offset, TopicPartition};
+use clink_kafka::client::{
+    parse_assignors, Cluster, Consumer, ConsumerConfig, ConsumerRecord, GroupConsumer, GroupConsumerConfig,
+    GroupProtocol, IsolationLevel, Offset, Subscription, TopicPartition,
+};
 
 use super::ConnectArgs;
 
@@ -27,13 +30,48 @@ pub struct ConsumeArgs {
     /// on, and the count of skipped records is logged at the end.
     #[arg(long, value_name = "fail|skip", value_parser = ["fail", "skip"])]
     pub decode_error: Option<String>,
-    /// Topic to read.
-    #[arg(long)]
+    /// Topic to read; with --group, a comma-separated list of topics to
+    /// subscribe to.
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub topic: String,
+    /// Consume as a member of this consumer group (kcat -G): subscribe to
+    /// --topic or --pattern, read the partitions the group assigns, and
+    /// commit what was printed (auto-commit, on rebalance and on exit:
+    /// Ctrl-C or --count). Native backend only.
+    #[arg(long, value_name = "GROUP", conflicts_with = "partition")]
+    pub group: Option<String>,
+    /// With --group: subscribe to every topic whose whole name matches
+    /// this regular expression (also topics created later).
+    #[arg(long, value_name = "REGEX", requires = "group", conflicts_with = "topic")]
+    pub pattern: Option<String>,
+    /// With --group: group.protocol, `classic` (default, as the Java
+    /// client's) or `consumer` (KIP-848).
+    #[arg(long, value_name = "classic|consumer", requires = "group", value_parser = ["classic", "consumer"])]
+    pub group_protocol: Option<String>,
+    /// With --group: group.instance.id (static membership, KIP-345).
+    #[arg(long, value_name = "ID", requires = "group")]
+    pub group_instance_id: Option<String>,
+    /// With --group: partition.assignment.strategy (classic), a
+    /// comma-separated list of range, roundrobin, cooperative-sticky
+    /// (default range,cooperative-sticky).
+    #[arg(long, value_name = "LIST", requires = "group")]
+    pub assignor: Option<String>,
+    /// With --group: group.remote.assignor (consumer protocol), `uniform`
+    /// or `range` (default: the broker's).
+    #[arg(long, value_name = "uniform|range", requires = "group", value_parser = ["uniform", "range"])]
+    pub remote_assignor: Option<String>,
+    /// With --group: session.timeout.ms (classic; default 45000).
+    #[arg(long, value_name = "MS", requires = "group", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    pub session_timeout_ms: Option<u32>,
+    /// With --group: commit nothing (enable.auto.commit=false).
+    #[arg(long, requires = "group")]
+    pub no_auto_commit: bool,
     /// Read only this partition (default: all).
     #[arg(long)]
     pub partition: Option<i32>,
-    /// Start at the earliest offset (default: the end).
+    /// Start at the earliest offset (default: the end). With --group:
+    /// auto.offset.reset=earliest, for partitions the group has no
+    /// committed offset for.
     #[arg(long)]
     pub from_beginning: bool,
     /// Stop after this many records.
@@ -118,6 +156,7 @@ impl ConsumeArgs {
             ("--no-fetch-sessions", self.no_fetch_sessions),
             ("--max-throttle-ms", self.max_throttle_ms.is_some()),
             ("--client-rack", self.client_rack.is_some()),
+            ("--group", self.group.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
@@ -155,6 +194,12 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let mut skipped: u64 = 0;
     let config = args.connect.client_config()?;
     let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
+    if let Some(group) = &args.group {
+        return run_group(&args, group, cluster, decoder, skip_undecodable).await;
+    }
+    if args.topic.is_empty() {
+        anyhow::bail!("--topic is required (or --group with --pattern)");
+    }
     let consumer_config = args.consumer_config();
     let mut consumer = Consumer::new(cluster, consumer_config);
     match args.partition {
@@ -228,6 +273,157 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             "{skipped} records could not be decoded and were skipped (--decode-error skip)"
         );
     }
+    Ok(())
+}
+
+/// The group consumer's settings these flags describe.
+fn group_config(args: &ConsumeArgs, group: &str) -> anyhow::Result<GroupConsumerConfig> {
+    let mut consumer = args.consumer_config();
+    consumer.auto_offset_reset = Some(if args.from_beginning {
+        Offset::Earliest
+    } else {
+        Offset::Latest
+    });
+    let mut c = GroupConsumerConfig::new(group)
+        .with_consumer(consumer)
+        .with_group_instance_id(args.group_instance_id.clone())
+        .with_remote_assignor(args.remote_assignor.clone())
+        .with_enable_auto_commit(!args.no_auto_commit);
+    if let Some(p) = &args.group_protocol {
+        c = c.with_protocol(GroupProtocol::from_name(p).context("--group-protocol")?);
+    }
+    if let Some(list) = &args.assignor {
+        let assignors = parse_assignors(list).with_context(|| {
+            format!("--assignor {list:?}: allowed: a comma-separated list of range, roundrobin, cooperative-sticky")
+        })?;
+        c = c.with_assignors(assignors);
+    }
+    if let Some(ms) = args.session_timeout_ms {
+        c = c.with_session_timeout(Duration::from_millis(u64::from(ms)));
+        // Java's rule of thumb: a third of the session timeout.
+        let third = Duration::from_millis(u64::from(ms / 3).max(1));
+        let heartbeat = c.heartbeat_interval.min(third);
+        c = c.with_heartbeat_interval(heartbeat);
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+/// `consume --group`: subscribe, print, commit; on Ctrl-C or --count,
+/// commit what was printed and leave the group.
+async fn run_group(
+    args: &ConsumeArgs,
+    group: &str,
+    cluster: Cluster,
+    mut decoder: Option<clink_kafka::connector::format::ValueDecoder>,
+    skip_undecodable: bool,
+) -> anyhow::Result<()> {
+    let subscription = match &args.pattern {
+        Some(p) => Subscription::Pattern(p.clone()),
+        None => {
+            let topics: Vec<String> = args
+                .topic
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if topics.is_empty() {
+                anyhow::bail!("--group needs --topic t[,t2] or --pattern REGEX");
+            }
+            Subscription::Topics(topics)
+        }
+    };
+    let mut consumer = GroupConsumer::new(cluster, group_config(args, group)?).await?;
+    consumer.subscribe(subscription)?;
+    let template = if args.format == "json" {
+        None
+    } else {
+        Some(parse_template(&args.format))
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut seen: u64 = 0;
+    let mut skipped: u64 = 0;
+    let mut last_record = Instant::now();
+    let mut line = Vec::with_capacity(256);
+    let mut progress = super::progress::Progress::new("consume");
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut failure = None;
+    'outer: loop {
+        if let Some(idle) = args.idle_timeout_ms {
+            if last_record.elapsed() >= Duration::from_millis(idle) {
+                break;
+            }
+        }
+        let mut records = tokio::select! {
+            r = consumer.poll(Duration::from_millis(500)) => match r {
+                Ok(r) => r,
+                Err(e) => {
+                    failure = Some(anyhow::Error::from(e));
+                    break;
+                }
+            },
+            _ = &mut ctrl_c => {
+                tracing::info!(group, "interrupted: committing and leaving the group");
+                break;
+            }
+        };
+        let mut undecodable = None;
+        if let Some(d) = &mut decoder {
+            match super::value_format::decode_records(d, &mut records, skip_undecodable).await {
+                Ok(n) => skipped += n,
+                Err(e) => undecodable = Some(e),
+            }
+        }
+        if !records.is_empty() {
+            last_record = Instant::now();
+        }
+        for (i, r) in records.iter().enumerate() {
+            line.clear();
+            match &template {
+                Some(t) => render(t, r, args.null_marker.as_deref().map(str::as_bytes), &mut line),
+                None => render_json(r, &mut line),
+            }
+            out.write_all(&line)?;
+            seen += 1;
+            if args.count.is_some_and(|c| seen >= c) {
+                // What was handed over but not printed is not committed:
+                // each partition goes back to its first unprinted record.
+                let mut back: std::collections::BTreeMap<(&str, i32), i64> = std::collections::BTreeMap::new();
+                for u in &records[i + 1..] {
+                    back.entry((&*u.topic, u.partition)).or_insert(u.record.offset);
+                }
+                for ((topic, partition), offset) in back {
+                    consumer.seek(topic, partition, Offset::At(offset)).await?;
+                }
+                break 'outer;
+            }
+        }
+        out.flush()?;
+        if let Some(e) = undecodable {
+            failure = Some(e);
+            break;
+        }
+        if !records.is_empty() {
+            progress.update(seen, || None);
+        }
+    }
+    out.flush()?;
+    progress.finish();
+    if skip_undecodable {
+        tracing::warn!(
+            skipped,
+            "{skipped} records could not be decoded and were skipped (--decode-error skip)"
+        );
+    }
+    // Commit (auto-commit) and leave, also after a failure.
+    let closed = consumer.close().await;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    closed.context("leaving the group")?;
     Ok(())
 }
 

@@ -445,6 +445,7 @@ pub trait RebalanceListener: Send {
 // ---------------------------------------------------------------------------
 // The member and its driver.
 
+#[allow(clippy::large_enum_variant)] // one per consumer, never moved
 enum Member {
     Classic(ClassicMember),
     Consumer(ConsumerMember),
@@ -677,7 +678,6 @@ struct Driver {
     join_timeout: Duration,
     request_timeout: Duration,
     metadata_max_age: Duration,
-    classic: bool,
     tasks: tokio::task::JoinSet<Answer>,
     topics_inflight: bool,
     next_topics: Instant,
@@ -1023,7 +1023,6 @@ impl Driver {
             }
             (_, _) => {}
         }
-        let _ = self.classic;
     }
 }
 
@@ -1135,7 +1134,6 @@ impl GroupConsumer {
             join_timeout: config.max_poll_interval + JOIN_GRACE,
             request_timeout,
             metadata_max_age: config.metadata_max_age,
-            classic: config.protocol == GroupProtocol::Classic,
             tasks: tokio::task::JoinSet::new(),
             topics_inflight: false,
             next_topics: Instant::now() + config.metadata_max_age,

@@ -65,6 +65,7 @@ pub use admin::{
     Admin, BrokerDescription, ClusterDescription, ClusterMetadata, NewTopic, PartitionDescription, TopicDescription,
 };
 pub use backoff::{Backoff, JitterSource};
+pub use clink_kafka_wire::group::Assignor;
 pub use cluster::{BrokerInfo, Cluster, Metadata, PartitionMetadata, TopicMetadata};
 pub use consumer::{
     Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, FetchSessionState, IsolationLevel, LogTruncation, Offset,
@@ -75,7 +76,6 @@ pub use group_consumer::{
     parse_assignors, ConsumerGroupMetadata, GroupConsumer, GroupConsumerConfig, GroupPoll, GroupProtocol,
     RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
 };
-pub use clink_kafka_wire::group::Assignor;
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use producer::{
     Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,

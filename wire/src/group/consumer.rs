@@ -790,6 +790,28 @@ mod tests {
     }
 
     #[test]
+    fn regex_subscription_joins_and_replaces_the_names() {
+        let mut m = ConsumerMember::new(ConsumerGroupConfig::new("g", "m1"), 0);
+        m.set_subscription_regex(Some("orders-.*".into()));
+        assert_eq!(drain(&mut m, 0), vec![Action848::FindCoordinator]);
+        m.handle_coordinator_found();
+        let h = heartbeat(&drain(&mut m, 0));
+        assert_eq!(h.subscribed_topic_regex.as_ref().map(|r| r.as_str()), Some("orders-.*"));
+        assert!(h.subscribed_topic_names.is_none());
+        m.handle_heartbeat_response(&ok(1, Some(&[0])), 1);
+        let a = drain(&mut m, 1);
+        assert_eq!(owned(&heartbeat(&a)), [0]);
+        m.handle_heartbeat_response(&ok(1, None), 2);
+        assert_eq!(m.group_metadata().map(|g| g.generation_id), Some(1));
+        // Back to names: the next heartbeat carries them, no pattern.
+        m.set_subscription_regex(None);
+        m.set_subscription(["t".to_string()].into());
+        let h = heartbeat(&drain(&mut m, 3));
+        assert!(h.subscribed_topic_regex.is_none());
+        assert_eq!(h.subscribed_topic_names.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
     fn poll_timeout_loses_and_leaves() {
         let mut m = joined(&[0]);
         let mut now = 2;
