@@ -49,8 +49,8 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod consumer;
 pub(crate) mod group;
-pub(crate) mod group_consumer;
 pub(crate) mod group_admin;
+pub(crate) mod group_consumer;
 pub(crate) mod log_proof;
 pub(crate) mod metrics;
 pub(crate) mod partitioner;
@@ -75,13 +75,13 @@ pub use consumer::{
     OffsetAndTimestamp, Watermarks,
 };
 pub use group::{CommittedOffset, GroupOffsets};
-pub use group_consumer::{
-    parse_assignors, ConsumerGroupMetadata, GroupConsumer, GroupConsumerConfig, GroupPoll, GroupProtocol,
-    RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
-};
 pub use group_admin::{
     clamp_offset, parse_datetime, GroupDescription, GroupListing, GroupMember, GroupType, ListGroupsFilter,
     OffsetReset, PartitionLag, PlannedOffset, ResetScope,
+};
+pub use group_consumer::{
+    parse_assignors, ConsumerGroupMetadata, GroupConsumer, GroupConsumerConfig, GroupPoll, GroupProtocol,
+    RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
 };
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use producer::{
