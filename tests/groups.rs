@@ -170,7 +170,19 @@ async fn two_members_split_and_hand_over(protocol: GroupProtocol) {
     );
 
     // a leaves (committing on the way out); b takes everything over.
+    // The coordinator drops a at once (LeaveGroup, or KIP-848's leave
+    // heartbeat), not after its session times out.
+    let a_id = a.member_id().to_owned();
     a.close().await.expect("close a");
+    let described = clink_kafka::client::Admin::new(cluster.clone())
+        .describe_group(&group)
+        .await
+        .expect("describe the group");
+    assert!(
+        described.members.iter().all(|m| m.member_id != a_id),
+        "a ({a_id}) is still a member after close: {:?}",
+        described.members.iter().map(|m| &m.member_id).collect::<Vec<_>>()
+    );
     produce(&cluster, &topic, 6, 100, 50).await;
     poll_until(
         &mut [&mut b],

@@ -50,7 +50,7 @@ use clink_kafka_wire::group::{
     Action, Action848, Assignor, ClassicMember, ConsumerGroupConfig, ConsumerMember, ConsumerMemberState, GroupConfig,
     GroupError, GroupEvent, GroupEvent848, GroupRequest, IdPartition, MemberState, RequestKind, Uuid,
 };
-use clink_kafka_wire::kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, MetadataRequest};
+use clink_kafka_wire::kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, LeaveGroupRequest, MetadataRequest};
 
 pub use clink_kafka_wire::group::ConsumerGroupMetadata;
 
@@ -855,8 +855,24 @@ impl Driver {
                             Some(c) => bounded(timeout, c.request(&r)).await,
                             None => Err(closed()),
                         }),
-                        GroupRequest::LeaveGroup(r) => Answer::Leave(match conn {
-                            Some(c) => bounded(timeout, c.request(&r)).await,
+                        GroupRequest::LeaveGroup(mut r) => Answer::Leave(match conn {
+                            Some(c) => {
+                                // The member fills both layouts: v0-2's
+                                // `member_id`, v3+'s `members` (KIP-345).
+                                // Only the negotiated version's may be set,
+                                // or encoding refuses the request.
+                                match c.version_for::<LeaveGroupRequest>(None) {
+                                    Ok(v) => {
+                                        if v >= 3 {
+                                            r.member_id = Default::default();
+                                        } else {
+                                            r.members.clear();
+                                        }
+                                        bounded(timeout, c.request_at(v, &r)).await
+                                    }
+                                    Err(e) => Err(e),
+                                }
+                            }
                             None => Err(closed()),
                         }),
                         GroupRequest::FindCoordinator | GroupRequest::Metadata { .. } => {
