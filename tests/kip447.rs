@@ -34,6 +34,8 @@ use clink_kafka::Error;
 
 const MEMBER_ID_REQUIRED: i16 = 79;
 const REBALANCE_IN_PROGRESS: i16 = 27;
+const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 
 /// One classic group member on its own connection to the coordinator (a
 /// JoinGroup waits at the broker, and a connection answers in order).
@@ -77,6 +79,7 @@ impl Member {
         let mut subscription = ConsumerProtocolSubscription::default();
         subscription.topics = vec![StrBytes::from_string(self.topic.clone())];
         let metadata = encode_subscription(&subscription, 1).unwrap();
+        let mut attempts = 0;
         let joined = loop {
             let mut protocol = JoinGroupRequestProtocol::default();
             protocol.name = StrBytes::from_static_str("range");
@@ -92,6 +95,17 @@ impl Member {
             let response = self.conn.request(&request).await.expect("JoinGroup");
             if response.error_code == MEMBER_ID_REQUIRED {
                 self.member_id = response.member_id.to_string();
+                continue;
+            }
+            // A fresh broker's group coordinator may still be loading
+            // its __consumer_offsets partition: retriable, bounded.
+            if matches!(
+                response.error_code,
+                COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE
+            ) && attempts < 150
+            {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
             assert_eq!(response.error_code, 0, "JoinGroup of {:?}", self.member_id);
