@@ -1,5 +1,5 @@
 //! The `rdkafka` backend (cargo feature `rdkafka`): the three backend traits
-//! of [`super::backend`] over librdkafka, through the `rdkafka` crate. The
+//! of `super::backend` over librdkafka, through the `rdkafka` crate. The
 //! source and sinks run unchanged on it; `backend = 'rdkafka'` picks it.
 //!
 //! - [`RdkafkaConsumer`]: a `BaseConsumer` with manual assignment at
@@ -1146,7 +1146,7 @@ impl Ledger {
 }
 
 /// The producers' librdkafka context, one type for every job: delivery
-/// reports into the [`Ledger`]; librdkafka's logs to `tracing` and the last
+/// reports into the `Ledger`; librdkafka's logs to `tracing` and the last
 /// authentication or TLS failure kept (as the consumer's
 /// [`FailureContext`]); for the transactional producer also the identity
 /// from the statistics ticks (the only place librdkafka exposes it; the
@@ -1206,7 +1206,7 @@ impl ProducerContext for ProducerReports {
 type RdProducer = ThreadedProducer<ProducerReports>;
 
 /// [`ProducerBackend`] over librdkafka's `ThreadedProducer`, with delivery
-/// reports into a [`Ledger`] (see [`RdkafkaDelivery`]).
+/// reports into a `Ledger` (see [`RdkafkaDelivery`]).
 pub struct RdkafkaProducer {
     config: RdConfig,
     producer: Option<Arc<RdProducer>>,
