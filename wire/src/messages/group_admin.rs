@@ -19,20 +19,9 @@ use kafka_protocol::messages::describe_groups_response::{
 use kafka_protocol::messages::list_groups_response::{ListGroupsResponse, ListedGroup};
 use kafka_protocol::messages::TopicName;
 
+use super::{check_version as check, no_tags};
 use crate::codec::{DecodeResponse, Reader};
-use crate::error::{Error, Result};
-
-fn check(api: &'static str, version: i16, min: i16, max: i16) -> Result<()> {
-    if (min..=max).contains(&version) {
-        Ok(())
-    } else {
-        Err(Error::UnsupportedVersion { api, version, min, max })
-    }
-}
-
-fn no_tags(r: &mut Reader<'_>, context: &'static str) -> Result<std::collections::BTreeMap<i32, bytes::Bytes>> {
-    r.tagged_fields(context, |_, _, _| Ok(false))
-}
+use crate::error::Result;
 
 impl DecodeResponse for ListGroupsResponse {
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
@@ -218,6 +207,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::error::Error;
 
     fn encode<T: Encodable>(v: &T, version: i16) -> Bytes {
         let mut b = BytesMut::new();

@@ -17,20 +17,9 @@ use kafka_protocol::messages::join_group_response::{JoinGroupResponse, JoinGroup
 use kafka_protocol::messages::leave_group_response::{LeaveGroupResponse, MemberResponse};
 use kafka_protocol::messages::sync_group_response::SyncGroupResponse;
 
+use super::{check_version as check, no_tags};
 use crate::codec::{DecodeResponse, Reader};
 use crate::error::{Error, Result};
-
-fn check(api: &'static str, version: i16, min: i16, max: i16) -> Result<()> {
-    if (min..=max).contains(&version) {
-        Ok(())
-    } else {
-        Err(Error::UnsupportedVersion { api, version, min, max })
-    }
-}
-
-fn no_tags(r: &mut Reader<'_>, context: &'static str) -> Result<std::collections::BTreeMap<i32, bytes::Bytes>> {
-    r.tagged_fields(context, |_, _, _| Ok(false))
-}
 
 impl DecodeResponse for JoinGroupResponse {
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {

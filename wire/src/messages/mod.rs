@@ -32,4 +32,22 @@ mod sasl_authenticate;
 mod sasl_handshake;
 mod txn_offset_commit;
 
+/// Refuses a response `version` outside `min..=max` of `api`'s decoder.
+pub(crate) fn check_version(api: &'static str, version: i16, min: i16, max: i16) -> crate::error::Result<()> {
+    if (min..=max).contains(&version) {
+        Ok(())
+    } else {
+        Err(crate::error::Error::UnsupportedVersion { api, version, min, max })
+    }
+}
+
+/// Reads a tagged-field section in which no tag is known: every field is
+/// kept as unknown bytes (bounded by the reader).
+pub(crate) fn no_tags(
+    r: &mut crate::codec::Reader<'_>,
+    context: &'static str,
+) -> crate::error::Result<std::collections::BTreeMap<i32, bytes::Bytes>> {
+    r.tagged_fields(context, |_, _, _| Ok(false))
+}
+
 pub use init_producer_id::{InitProducerIdTwoPhaseRequest, TWO_PHASE_COMMIT_VERSION};
