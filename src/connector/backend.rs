@@ -740,6 +740,8 @@ impl TransactionalProducerBackend for NativeTransactionalProducer {
         metadata: &GroupMetadataHandle,
         timeout: Duration,
     ) -> Result<()> {
+        // Without the feature the handle has one variant.
+        #[allow(clippy::infallible_destructuring_match)]
         let metadata = match metadata {
             GroupMetadataHandle::Native(m) => m,
             #[cfg(feature = "rdkafka")]

@@ -1,4 +1,4 @@
-//! The `rdkafka` backend (cargo feature `rdkafka`): the three backend traits
+//! The `rdkafka` backend (cargo feature `rdkafka`): the backend traits
 //! of [`super::backend`] over librdkafka, through the `rdkafka` crate. The
 //! source and sinks run unchanged on it; `backend = 'rdkafka'` picks it.
 //!
