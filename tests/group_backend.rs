@@ -343,3 +343,27 @@ async fn classic_send_offsets_follow_the_transaction() {
 async fn consumer_protocol_send_offsets_follow_the_transaction() {
     send_offsets_follow_the_transaction(GroupProtocol::Consumer).await;
 }
+
+/// Each backend's producer takes only its own consumer's group metadata.
+#[cfg(feature = "rdkafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_refuses_the_other_backends_group_metadata() {
+    use clink_kafka::client::ProducerConfig;
+    use clink_kafka::connector::rdkafka::RdkafkaGroupConsumer;
+    use clink_kafka::connector::NativeTransactionalProducer;
+    let Some(brokers) = common::brokers() else { return };
+    let params: BTreeMap<String, String> = common::connector::connector_params(&brokers, "t", &[])
+        .into_iter()
+        .collect();
+    let options = parse_source(FactoryKind::MessageSource, &params, 0, 1).unwrap();
+    let mut rd = RdkafkaGroupConsumer::new(&options, GroupConsumerConfig::new("g-refused")).unwrap();
+    rd.connect().await.unwrap();
+    let meta = rd.group_metadata().expect("librdkafka always has group metadata");
+    let mut native = NativeTransactionalProducer::new(common::config(&brokers), ProducerConfig::default());
+    let e = native
+        .send_offsets(&[TopicPartitionOffset::new("t", 0, 1)], &meta, T)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("librdkafka's group metadata"), "{e}");
+    rd.close().await.unwrap();
+}
