@@ -1058,7 +1058,13 @@ impl TransactionalProducer {
                 let response = conn.request_at(version, &request).await?;
                 for t in &response.topics {
                     for p in &t.partitions {
-                        if p.error_code != 0 && GROUP_METADATA_FENCED.contains(&KafkaCode(p.error_code)) {
+                        // Only a commit that carried a member's metadata
+                        // can be fenced by it; without one these codes are
+                        // ordinary errors.
+                        if p.error_code != 0
+                            && metadata.is_some()
+                            && GROUP_METADATA_FENCED.contains(&KafkaCode(p.error_code))
+                        {
                             return Err(Error::GroupMetadataFenced {
                                 group_id: group_id.to_owned(),
                                 generation_id: request.generation_id,

@@ -18,11 +18,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::error::{ConnectorError, Result};
+use super::options::SourceOptions;
 use super::record::{Header, KafkaMessage};
 use crate::client::{
-    ClientConfig, Cluster, Consumer, ConsumerConfig, DeliveryFuture, GroupOffsets, IsolationLevel, Offset,
-    PartitionOffset, Producer, ProducerConfig, ProducerRecord, ResumeHandle, TopicPartition, TransactionalProducer,
-    TxnConfig,
+    ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerGroupMetadata, DeliveryFuture, GroupConsumer,
+    GroupConsumerConfig, GroupOffsets, IsolationLevel, Offset, PartitionOffset, Producer, ProducerConfig,
+    ProducerRecord, RebalanceEvent, ResumeHandle, Subscription, TopicPartition, TopicPartitionOffset,
+    TransactionalProducer, TxnConfig,
 };
 
 /// Which end of a partition's log.
@@ -126,6 +128,153 @@ pub trait TransactionalProducerBackend: ProducerBackend {
     /// read directly; on rdkafka from librdkafka's statistics); `None`
     /// before `init_transactions`.
     fn identity(&self) -> Option<ResumeHandle>;
+
+    /// Adds a group member's consumed offsets (each the next offset to
+    /// consume) to the open transaction (KIP-447): they are committed for
+    /// the member's group if and only if the transaction commits, and the
+    /// commit carries the member's generation (member epoch), member id
+    /// and instance id, so the group coordinator refuses a zombie's
+    /// offsets (the transaction must then be aborted). Take `metadata` from
+    /// [`GroupConsumerBackend::group_metadata`] after the last poll whose
+    /// records are in the transaction. A handle of the other backend is
+    /// refused ([`ConnectorError::CallOrder`]).
+    ///
+    /// Cancel safety: not cancel safe: a dropped call may or may not have
+    /// added the offsets; call it again with the same offsets, or abort.
+    fn send_offsets(
+        &mut self,
+        offsets: &[TopicPartitionOffset],
+        metadata: &GroupMetadataHandle,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+// ---------------------------------------------------------------------------
+// Group membership.
+
+/// A group member's metadata for KIP-447, from
+/// [`GroupConsumerBackend::group_metadata`], for
+/// [`TransactionalProducerBackend::send_offsets`] of the same backend. Opaque
+/// on librdkafka (its `rd_kafka_consumer_group_metadata_t` shows no
+/// fields); natively the client's [`ConsumerGroupMetadata`].
+#[derive(Clone)]
+pub enum GroupMetadataHandle {
+    /// The native client's: group id, generation, member id, instance id.
+    Native(ConsumerGroupMetadata),
+    /// librdkafka's handle (cargo feature `rdkafka`).
+    #[cfg(feature = "rdkafka")]
+    Rdkafka(super::rdkafka::RdkafkaGroupMetadata),
+}
+
+impl GroupMetadataHandle {
+    /// The group the metadata is of.
+    pub fn group_id(&self) -> &str {
+        match self {
+            GroupMetadataHandle::Native(m) => &m.group_id,
+            #[cfg(feature = "rdkafka")]
+            GroupMetadataHandle::Rdkafka(m) => m.group_id(),
+        }
+    }
+}
+
+impl std::fmt::Debug for GroupMetadataHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupMetadataHandle::Native(m) => f.debug_tuple("Native").field(m).finish(),
+            #[cfg(feature = "rdkafka")]
+            GroupMetadataHandle::Rdkafka(m) => f.debug_tuple("Rdkafka").field(&m.group_id()).finish(),
+        }
+    }
+}
+
+/// A record a group member consumed, with its topic (a subscription may
+/// span topics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupRecord {
+    /// The topic it came from.
+    pub topic: std::sync::Arc<str>,
+    /// The record (partition, offset, key, value, headers, timestamp).
+    pub message: KafkaMessage,
+}
+
+/// What one [`GroupConsumerBackend::poll_events`] returned: rebalance
+/// events or records. A call that has events returns them at once, without
+/// records, so the order is the order they happened in: every record of a
+/// later call was fetched under the assignment the earlier events left.
+#[derive(Clone, Debug, Default)]
+pub struct GroupBatch {
+    /// Partitions assigned, revoked or lost, in order.
+    pub events: Vec<RebalanceEvent>,
+    /// Records of the partitions this member holds, in offset order per
+    /// partition.
+    pub records: Vec<GroupRecord>,
+}
+
+/// A consumer in a consumer group (both `group.protocol`s): subscribe,
+/// poll records and rebalance events, commit, and the group metadata a
+/// transactional producer's [`send_offsets`](TransactionalProducerBackend::send_offsets)
+/// needs (KIP-447). Natively [`NativeGroupConsumer`] over the client's
+/// [`GroupConsumer`]; on librdkafka `RdkafkaGroupConsumer` over its
+/// KafkaConsumer. Made from a source's connection options (brokers, client
+/// id, security, client tuning, fetch tuning, passthrough) and a
+/// [`GroupConsumerConfig`] (group id, protocol, instance id, timeouts,
+/// auto-commit, `auto.offset.reset`, isolation).
+///
+/// One difference shows: a revocation is acknowledged natively at the
+/// poll after the one that reported it, on librdkafka inside the poll that
+/// reports it (its rebalance callback). Work on partitions is therefore
+/// finished before polling again on both.
+pub trait GroupConsumerBackend: Send {
+    /// Connects (natively the cluster; librdkafka's consumer is created);
+    /// called once, before anything else.
+    ///
+    /// Cancel safety: cancel safe (nothing is joined yet).
+    fn connect(&mut self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Subscribes (replacing an earlier subscription); the member joins
+    /// the group (natively in the background, on librdkafka as it is
+    /// polled). A pattern must match a topic's whole name.
+    fn subscribe(&mut self, subscription: &Subscription) -> Result<()>;
+
+    /// Waits up to `timeout` for records or rebalance events; see
+    /// [`GroupBatch`] for the order. Must be called at least every
+    /// `max.poll.interval.ms`.
+    ///
+    /// Cancel safety: cancel safe: an event or record leaves the backend
+    /// only inside the synchronous step that returns it.
+    fn poll_events(&mut self, timeout: Duration) -> impl Future<Output = Result<GroupBatch>> + Send;
+
+    /// The partitions this member holds now.
+    fn assignment(&self) -> Result<Vec<TopicPartition>>;
+
+    /// Commits `offsets` (each the next offset to consume) with the
+    /// member's generation, and waits for the coordinator's answer.
+    ///
+    /// Cancel safety: not cancel safe: a dropped call may or may not have
+    /// committed.
+    fn commit(&mut self, offsets: &[TopicPartitionOffset]) -> impl Future<Output = Result<()>> + Send;
+
+    /// The group's committed offsets of `partitions` (`None`: nothing
+    /// committed).
+    ///
+    /// Cancel safety: cancel safe (it only reads).
+    fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> impl Future<Output = Result<BTreeMap<TopicPartition, Option<i64>>>> + Send;
+
+    /// The member's metadata for a transactional `send_offsets`; `None`
+    /// natively outside a generation (librdkafka always has one; outside a
+    /// generation the coordinator refuses it).
+    fn group_metadata(&self) -> Option<GroupMetadataHandle>;
+
+    /// Leaves the group (a static member keeps its place until its session
+    /// times out) and closes; the backend cannot be used again. Commits
+    /// what was consumed first only with `enable.auto.commit`.
+    ///
+    /// Cancel safety: not cancel safe: a dropped call may leave the member
+    /// in the group until its session times out.
+    fn close(&mut self) -> impl Future<Output = Result<()>> + Send;
 }
 
 // ---------------------------------------------------------------------------
@@ -234,31 +383,144 @@ impl ConsumerBackend for NativeConsumer {
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<KafkaMessage>> {
         let (_, consumer) = self.parts()?;
         let records = consumer.poll(timeout).await?;
-        Ok(records
-            .into_iter()
-            .map(|r| KafkaMessage {
-                payload: r.record.value,
-                key: r.record.key,
-                headers: r
-                    .record
-                    .headers
-                    .into_iter()
-                    .map(|h| Header {
-                        key: h.key,
-                        value: h.value,
-                    })
-                    .collect(),
-                offset: r.record.offset,
-                partition: r.partition,
-                timestamp: r.record.timestamp,
-            })
-            .collect())
+        Ok(records.into_iter().map(message_of).collect())
     }
 
     async fn close(&mut self) -> Result<()> {
         self.consumer = None;
         self.cluster = None;
         Ok(())
+    }
+}
+
+/// A consumed record as a connector message (the topic is dropped).
+fn message_of(r: crate::client::ConsumerRecord) -> KafkaMessage {
+    KafkaMessage {
+        payload: r.record.value,
+        key: r.record.key,
+        headers: r
+            .record
+            .headers
+            .into_iter()
+            .map(|h| Header {
+                key: h.key,
+                value: h.value,
+            })
+            .collect(),
+        offset: r.record.offset,
+        partition: r.partition,
+        timestamp: r.record.timestamp,
+    }
+}
+
+/// [`GroupConsumerBackend`] over the client's [`GroupConsumer`].
+#[derive(Debug)]
+pub struct NativeGroupConsumer {
+    config: ClientConfig,
+    group: GroupConsumerConfig,
+    consumer: Option<GroupConsumer>,
+    /// The committed-offset lookups (the member's own is not `Sync`).
+    offsets: Option<GroupOffsets>,
+}
+
+impl NativeGroupConsumer {
+    /// A member whose connection `options` describe (its brokers, client
+    /// id, security, client tuning and fetch tuning; not its topic, group
+    /// or offset options) in the group `group` describes (whose
+    /// `consumer` fetch settings are replaced by the options' fetch tuning,
+    /// keeping its isolation level and `auto.offset.reset`).
+    pub fn new(options: &SourceOptions, mut group: GroupConsumerConfig) -> Result<Self> {
+        let mut fetch = options.consumer_config();
+        fetch.isolation = group.consumer.isolation;
+        fetch.auto_offset_reset = group.consumer.auto_offset_reset;
+        group.consumer = fetch;
+        group.validate()?;
+        Ok(NativeGroupConsumer {
+            config: options.client_config()?,
+            group,
+            consumer: None,
+            offsets: None,
+        })
+    }
+
+    fn member(&mut self) -> Result<&mut GroupConsumer> {
+        self.consumer.as_mut().ok_or(ConnectorError::CallOrder {
+            call: "group consumer backend",
+            problem: "before connect (or after close)",
+        })
+    }
+}
+
+impl GroupConsumerBackend for NativeGroupConsumer {
+    async fn connect(&mut self) -> Result<()> {
+        if self.consumer.is_none() {
+            let cluster = Cluster::connect(self.config.clone()).await?;
+            self.offsets = Some(GroupOffsets::new(cluster.clone(), self.group.group_id.clone())?);
+            self.consumer = Some(GroupConsumer::new(cluster, self.group.clone()).await?);
+        }
+        Ok(())
+    }
+
+    fn subscribe(&mut self, subscription: &Subscription) -> Result<()> {
+        Ok(self.member()?.subscribe(subscription.clone())?)
+    }
+
+    async fn poll_events(&mut self, timeout: Duration) -> Result<GroupBatch> {
+        let polled = self.member()?.poll_events(timeout).await?;
+        Ok(GroupBatch {
+            events: polled.events,
+            records: polled
+                .records
+                .into_iter()
+                .map(|r| GroupRecord {
+                    topic: r.topic.clone(),
+                    message: message_of(r),
+                })
+                .collect(),
+        })
+    }
+
+    fn assignment(&self) -> Result<Vec<TopicPartition>> {
+        match &self.consumer {
+            Some(c) => Ok(c.assignment()),
+            None => Err(ConnectorError::CallOrder {
+                call: "group consumer backend",
+                problem: "before connect (or after close)",
+            }),
+        }
+    }
+
+    async fn commit(&mut self, offsets: &[TopicPartitionOffset]) -> Result<()> {
+        Ok(self.member()?.commit_offsets_sync(offsets).await?)
+    }
+
+    async fn committed(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<i64>>> {
+        let offsets = self.offsets.as_ref().ok_or(ConnectorError::CallOrder {
+            call: "group consumer backend",
+            problem: "before connect (or after close)",
+        })?;
+        let found = offsets.fetch(partitions, true).await?;
+        Ok(partitions
+            .iter()
+            .map(|tp| {
+                let offset = found.get(tp).and_then(|c| c.as_ref()).map(|c| c.offset);
+                (tp.clone(), offset.filter(|o| *o >= 0))
+            })
+            .collect())
+    }
+
+    fn group_metadata(&self) -> Option<GroupMetadataHandle> {
+        self.consumer
+            .as_ref()?
+            .group_metadata()
+            .map(GroupMetadataHandle::Native)
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        match self.consumer.take() {
+            Some(c) => Ok(c.close().await?),
+            None => Ok(()),
+        }
     }
 }
 
@@ -470,5 +732,32 @@ impl TransactionalProducerBackend for NativeTransactionalProducer {
 
     fn identity(&self) -> Option<ResumeHandle> {
         self.producer.as_ref().map(TransactionalProducer::identity)
+    }
+
+    async fn send_offsets(
+        &mut self,
+        offsets: &[TopicPartitionOffset],
+        metadata: &GroupMetadataHandle,
+        timeout: Duration,
+    ) -> Result<()> {
+        // Without the feature the handle has one variant.
+        #[allow(clippy::infallible_destructuring_match)]
+        let metadata = match metadata {
+            GroupMetadataHandle::Native(m) => m,
+            #[cfg(feature = "rdkafka")]
+            GroupMetadataHandle::Rdkafka(_) => {
+                return Err(ConnectorError::CallOrder {
+                    call: "send_offsets",
+                    problem: "with librdkafka's group metadata (the native producer takes the native consumer's)",
+                })
+            }
+        };
+        let producer = self.producer()?;
+        bounded(
+            "sending offsets to the transaction",
+            timeout,
+            producer.send_offsets_with_metadata(offsets, metadata),
+        )
+        .await
     }
 }

@@ -77,8 +77,9 @@ pub(crate) mod twopc;
 pub(crate) mod upsert;
 
 pub use backend::{
-    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeDelivery, NativeProducer, NativeTransactionalProducer,
-    ProducerBackend, TransactionalProducerBackend, Watermark,
+    ConsumerBackend, DeliveryOutcome, GroupBatch, GroupConsumerBackend, GroupMetadataHandle, GroupRecord,
+    NativeConsumer, NativeDelivery, NativeGroupConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
+    TransactionalProducerBackend, Watermark,
 };
 pub use error::{ConnectorError, Result};
 pub use record::{Header, KafkaMessage, Text};

@@ -1,4 +1,4 @@
-//! The `rdkafka` backend (cargo feature `rdkafka`): the three backend traits
+//! The `rdkafka` backend (cargo feature `rdkafka`): the backend traits
 //! of `super::backend` over librdkafka, through the `rdkafka` crate. The
 //! source and sinks run unchanged on it; `backend = 'rdkafka'` picks it.
 //!
@@ -58,19 +58,25 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use rdkafka::config::ClientConfig as RdConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
-use super::backend::{ConsumerBackend, DeliveryOutcome, ProducerBackend, TransactionalProducerBackend, Watermark};
+use super::backend::{
+    ConsumerBackend, DeliveryOutcome, GroupBatch, GroupConsumerBackend, GroupMetadataHandle, GroupRecord,
+    ProducerBackend, TransactionalProducerBackend, Watermark,
+};
 use super::error::{ConnectorError, Result};
 use super::options::{ClientTuning, Passthrough, SinkOptions, SourceOptions};
 use super::record::{Header, KafkaMessage};
 use super::security::SecurityConfig;
-use crate::client::{Acks, IsolationLevel, PartitionOffset, ResumeHandle, TransactionVersion};
+use crate::client::{
+    Acks, Assignor, ConsumerConfig, GroupConsumerConfig, GroupProtocol, IsolationLevel, PartitionOffset,
+    RebalanceEvent, ResumeHandle, Subscription, TopicPartition, TopicPartitionOffset, TransactionVersion,
+};
 use clink_kafka_wire::compression::Compression;
 
 /// A librdkafka error; a broker error also names Kafka's code
@@ -521,6 +527,39 @@ unsafe fn read_message<'a>(m: *const rdkafka::bindings::rd_kafka_message_t) -> R
     }
 }
 
+/// The fetch settings of `cc` (isolation, fetch bounds, CRC checks, rack,
+/// and librdkafka's prefetch bounded like the native consumer's memory), as
+/// librdkafka properties: the source's consumer and the group consumer's.
+fn fetch_properties(c: &mut RdConfig, cc: &ConsumerConfig) {
+    c.set(
+        "isolation.level",
+        match cc.isolation {
+            IsolationLevel::ReadCommitted => "read_committed",
+            IsolationLevel::ReadUncommitted => "read_uncommitted",
+        },
+    );
+    c.set("fetch.wait.max.ms", ms(cc.max_wait));
+    c.set("fetch.min.bytes", cc.min_bytes.to_string());
+    c.set("fetch.max.bytes", cc.max_bytes.to_string());
+    c.set("max.partition.fetch.bytes", cc.partition_max_bytes.to_string());
+    c.set("check.crcs", cc.check_crcs.to_string());
+    if let Some(rack) = &cc.client_rack {
+        c.set("client.rack", rack.clone());
+    }
+    // librdkafka prefetches per partition until 100,000 messages or
+    // 64 MiB are queued (its defaults); the native consumer holds about
+    // one fetch answer (`fetch.max.bytes`). The same bound here.
+    c.set(
+        "queued.max.messages.kbytes",
+        (cc.max_bytes / 1024).clamp(1, 2_097_151).to_string(),
+    );
+    c.set("queued.min.messages", QUEUED_MIN_MESSAGES.to_string());
+    // With the queue over a threshold librdkafka postpones the next
+    // fetch by this much (default 1 s: a stall per refill at these
+    // thresholds; its documentation says to lower it with them).
+    c.set("fetch.queue.backoff.ms", ms(FETCH_QUEUE_BACKOFF));
+}
+
 /// [`ConsumerBackend`] over librdkafka: manual assignment, no group
 /// membership, never commits.
 pub struct RdkafkaConsumer {
@@ -569,33 +608,7 @@ impl RdkafkaConsumer {
         c.set("enable.auto.offset.store", "false");
         c.set("enable.partition.eof", "false");
         c.set("auto.offset.reset", "error");
-        c.set(
-            "isolation.level",
-            match cc.isolation {
-                IsolationLevel::ReadCommitted => "read_committed",
-                IsolationLevel::ReadUncommitted => "read_uncommitted",
-            },
-        );
-        c.set("fetch.wait.max.ms", ms(cc.max_wait));
-        c.set("fetch.min.bytes", cc.min_bytes.to_string());
-        c.set("fetch.max.bytes", cc.max_bytes.to_string());
-        c.set("max.partition.fetch.bytes", cc.partition_max_bytes.to_string());
-        c.set("check.crcs", cc.check_crcs.to_string());
-        if let Some(rack) = &cc.client_rack {
-            c.set("client.rack", rack.clone());
-        }
-        // librdkafka prefetches per partition until 100,000 messages or
-        // 64 MiB are queued (its defaults); the native consumer holds about
-        // one fetch answer (`fetch.max.bytes`). The same bound here.
-        c.set(
-            "queued.max.messages.kbytes",
-            (cc.max_bytes / 1024).clamp(1, 2_097_151).to_string(),
-        );
-        c.set("queued.min.messages", QUEUED_MIN_MESSAGES.to_string());
-        // With the queue over a threshold librdkafka postpones the next
-        // fetch by this much (default 1 s: a stall per refill at these
-        // thresholds; its documentation says to lower it with them).
-        c.set("fetch.queue.backoff.ms", ms(FETCH_QUEUE_BACKOFF));
+        fetch_properties(&mut c, &cc);
         validate(&c)?;
         let client = options.client_config()?;
         Ok(RdkafkaConsumer {
@@ -671,56 +684,12 @@ impl RdkafkaConsumer {
                     self.deferred.get_or_insert(fatal);
                 }
             }
-            let size: usize = records.iter().map(RawMessage::len).sum();
-            let mut buf = BytesMut::with_capacity(size);
-            let mut put = |b: &[u8]| {
-                let start = buf.len();
-                buf.extend_from_slice(b);
-                (start, buf.len())
-            };
-            let spans: Vec<_> = records
-                .iter()
-                .map(|r| {
-                    (
-                        r.key.map(&mut put),
-                        r.payload.map(&mut put),
-                        r.headers
-                            .iter()
-                            .map(|(k, v)| (put(k), v.map(&mut put)))
-                            .collect::<Vec<_>>(),
-                    )
-                })
-                .collect();
-            let meta: Vec<_> = records.iter().map(|r| (r.partition, r.offset, r.timestamp)).collect();
-            drop(records);
+            let size = copy_messages(records, &mut out);
             for &m in taken {
                 // SAFETY: each message from `take` destroyed once; nothing
-                // borrows it any more (`records` is dropped).
+                // borrows it any more (`records` was consumed above).
                 unsafe { rdkafka::bindings::rd_kafka_message_destroy(m) };
             }
-            let buf = buf.freeze();
-            let slice = |r: (usize, usize)| buf.slice(r.0..r.1);
-            out.extend(
-                spans
-                    .into_iter()
-                    .zip(meta)
-                    .map(
-                        |((key, payload, headers), (partition, offset, timestamp))| KafkaMessage {
-                            payload: payload.map(slice),
-                            key: key.map(slice),
-                            headers: headers
-                                .into_iter()
-                                .map(|(k, v)| Header {
-                                    key: slice(k),
-                                    value: v.map(slice),
-                                })
-                                .collect(),
-                            offset,
-                            partition,
-                            timestamp,
-                        },
-                    ),
-            );
             copied += size;
             if n < want {
                 break;
@@ -728,6 +697,55 @@ impl RdkafkaConsumer {
         }
         out
     }
+}
+
+/// Copies `records` into ONE buffer of exactly their size and appends them
+/// to `out` as `Bytes` slices of it; returns the bytes copied. The
+/// librdkafka messages may be destroyed once this returns.
+fn copy_messages(records: Vec<RawMessage<'_>>, out: &mut Vec<KafkaMessage>) -> usize {
+    let size: usize = records.iter().map(RawMessage::len).sum();
+    let mut buf = BytesMut::with_capacity(size);
+    let mut put = |b: &[u8]| {
+        let start = buf.len();
+        buf.extend_from_slice(b);
+        (start, buf.len())
+    };
+    let spans: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.key.map(&mut put),
+                r.payload.map(&mut put),
+                r.headers
+                    .iter()
+                    .map(|(k, v)| (put(k), v.map(&mut put)))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let meta: Vec<_> = records.iter().map(|r| (r.partition, r.offset, r.timestamp)).collect();
+    drop(records);
+    let buf = buf.freeze();
+    let slice = |r: (usize, usize)| buf.slice(r.0..r.1);
+    out.extend(
+        spans.into_iter().zip(meta).map(
+            |((key, payload, headers), (partition, offset, timestamp))| KafkaMessage {
+                payload: payload.map(slice),
+                key: key.map(slice),
+                headers: headers
+                    .into_iter()
+                    .map(|(k, v)| Header {
+                        key: slice(k),
+                        value: v.map(slice),
+                    })
+                    .collect(),
+                offset,
+                partition,
+                timestamp,
+            },
+        ),
+    );
+    size
 }
 
 /// A consumer error that ends the poll (`Some`), or one librdkafka
@@ -933,6 +951,406 @@ impl ConsumerBackend for RdkafkaConsumer {
             })
             .await
             .map_err(|e| join_err("closing the consumer", e))?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Group consumer.
+
+/// librdkafka's group metadata (`rd_kafka_consumer_group_metadata_t`), for
+/// [`RdkafkaTransactionalProducer`]'s `send_offsets`.
+#[derive(Clone)]
+pub struct RdkafkaGroupMetadata {
+    group_id: String,
+    inner: Arc<rdkafka::consumer::ConsumerGroupMetadata>,
+}
+
+impl RdkafkaGroupMetadata {
+    /// The group.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+}
+
+/// The rebalances librdkafka's callback reported, not yet polled.
+#[derive(Default)]
+struct Rebalances(Mutex<VecDeque<RebalanceEvent>>);
+
+impl Rebalances {
+    fn push(&self, event: RebalanceEvent) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(event);
+    }
+
+    fn take(&self) -> Vec<RebalanceEvent> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+}
+
+/// The group consumer's context: [`FailureContext`]'s logging, plus the
+/// rebalance callbacks, which record each assignment, revocation and loss
+/// (`rd_kafka_assignment_lost`) before the crate's default handling
+/// applies it (`incremental_assign` / `incremental_unassign` under a
+/// cooperative protocol, cooperative-sticky or KIP-848's `consumer`;
+/// `assign` otherwise).
+#[derive(Clone, Default)]
+pub struct GroupContext {
+    failure: Arc<SecurityFailure>,
+    rebalances: Arc<Rebalances>,
+}
+
+impl ClientContext for GroupContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        on_log(&self.failure, level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        on_error(&self.failure, &error, reason);
+    }
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
+    tpl.elements()
+        .iter()
+        .map(|e| TopicPartition::new(e.topic(), e.partition()))
+        .collect()
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) if tpl.count() > 0 => {
+                self.rebalances.push(RebalanceEvent::Assigned(partitions_of(tpl)))
+            }
+            Rebalance::Revoke(tpl) if tpl.count() > 0 => {
+                let partitions = partitions_of(tpl);
+                self.rebalances.push(if consumer.assignment_lost() {
+                    RebalanceEvent::Lost(partitions)
+                } else {
+                    RebalanceEvent::Revoked(partitions)
+                })
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "librdkafka rebalance error"),
+            _ => {}
+        }
+    }
+}
+
+type RdGroupConsumer = BaseConsumer<GroupContext>;
+
+/// [`GroupConsumerBackend`] over librdkafka's KafkaConsumer (subscribe,
+/// rebalance callbacks, commits, `rd_kafka_consumer_group_metadata`).
+///
+/// A poll serves librdkafka's consumer queue without blocking the runtime
+/// (the crate's `BaseConsumer::poll` with a zero timeout, which runs the
+/// rebalance callbacks; the batch read of [`RdkafkaConsumer`] would
+/// bypass them), woken by the queue-nonempty callback as there; each
+/// record is copied once as there. Blocking calls (commit, committed,
+/// close) run on `spawn_blocking`.
+///
+/// Named differences: `partition.assignment.strategy` may not mix eager
+/// and cooperative assignors in librdkafka, so only the assignors of the
+/// first one's kind are given (the Java default `range,
+/// cooperative-sticky` becomes `range`); under `group.protocol=consumer`
+/// the classic settings (session and heartbeat timeouts, assignors) are
+/// the broker's, as natively.
+pub struct RdkafkaGroupConsumer {
+    config: RdConfig,
+    group_id: String,
+    request_timeout: Duration,
+    max_poll_records: usize,
+    consumer: Option<Arc<RdGroupConsumer>>,
+    context: GroupContext,
+    ready: Arc<Notify>,
+    deferred: Option<ConnectorError>,
+}
+
+impl std::fmt::Debug for RdkafkaGroupConsumer {
+    // The librdkafka config holds the SASL password: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdkafkaGroupConsumer")
+            .field("group_id", &self.group_id)
+            .field("connected", &self.consumer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RdkafkaGroupConsumer {
+    /// A member connecting as `options` say (brokers, client id, security,
+    /// client and fetch tuning, passthrough), in the group `group`
+    /// describes (id, protocol, instance id, timeouts, auto-commit,
+    /// `auto.offset.reset`, isolation); refuses what librdkafka cannot do,
+    /// before any I/O.
+    pub fn new(options: &SourceOptions, group: GroupConsumerConfig) -> Result<Self> {
+        group.validate()?;
+        let mut c = base_config(
+            &options.brokers,
+            &options.client_id,
+            &options.security,
+            &options.client,
+            &options.rdkafka_properties,
+        )?;
+        let mut cc = options.consumer_config();
+        cc.isolation = group.consumer.isolation;
+        fetch_properties(&mut c, &cc);
+        c.set("group.id", &group.group_id);
+        c.set("group.protocol", group.protocol.name());
+        if let Some(id) = &group.group_instance_id {
+            c.set("group.instance.id", id);
+        }
+        c.set("enable.auto.commit", group.enable_auto_commit.to_string());
+        c.set("auto.commit.interval.ms", ms(group.auto_commit_interval));
+        c.set("enable.auto.offset.store", "true");
+        c.set("enable.partition.eof", "false");
+        c.set("max.poll.interval.ms", ms(group.max_poll_interval));
+        c.set("topic.metadata.refresh.interval.ms", ms(group.metadata_max_age));
+        let reset = match group.consumer.auto_offset_reset {
+            Some(crate::client::Offset::Earliest) => "earliest",
+            Some(crate::client::Offset::Latest) => "latest",
+            None => "error",
+            Some(other) => {
+                return Err(ConnectorError::UnsupportedProperty {
+                    property: "auto.offset.reset".into(),
+                    reason: format!("{other:?} has no librdkafka equivalent (earliest, latest or none)"),
+                })
+            }
+        };
+        c.set("auto.offset.reset", reset);
+        match group.protocol {
+            GroupProtocol::Classic => {
+                c.set("session.timeout.ms", ms(group.session_timeout));
+                c.set("heartbeat.interval.ms", ms(group.heartbeat_interval));
+                let cooperative = group.assignors.first() == Some(&Assignor::CooperativeSticky);
+                let names: Vec<&str> = group
+                    .assignors
+                    .iter()
+                    .filter(|a| (**a == Assignor::CooperativeSticky) == cooperative)
+                    .map(|a| a.name())
+                    .collect();
+                c.set("partition.assignment.strategy", names.join(","));
+            }
+            GroupProtocol::Consumer => {
+                if let Some(a) = &group.remote_assignor {
+                    c.set("group.remote.assignor", a);
+                }
+            }
+        }
+        validate(&c)?;
+        let client = options.client_config()?;
+        Ok(RdkafkaGroupConsumer {
+            config: c,
+            group_id: group.group_id,
+            request_timeout: client.request_timeout,
+            max_poll_records: cc.max_poll_records.max(1),
+            consumer: None,
+            context: GroupContext::default(),
+            ready: Arc::new(Notify::new()),
+            deferred: None,
+        })
+    }
+
+    fn consumer(&self) -> Result<Arc<RdGroupConsumer>> {
+        self.consumer.clone().ok_or(ConnectorError::CallOrder {
+            call: "rdkafka group consumer backend",
+            problem: "before connect (or after close)",
+        })
+    }
+
+    /// Takes what librdkafka has queued, without waiting, up to
+    /// `max_poll_records`; stops at a rebalance (its callback ran inside
+    /// the crate's poll), so the records taken precede it.
+    fn drain(&mut self, consumer: &RdGroupConsumer) -> Vec<GroupRecord> {
+        let mut taken = Vec::new();
+        let mut empty = 0;
+        while taken.len() < self.max_poll_records && empty < 2 {
+            match consumer.poll(Duration::ZERO) {
+                Some(Ok(m)) => {
+                    empty = 0;
+                    taken.push(m);
+                }
+                Some(Err(e)) => {
+                    if let Some(fatal) = classify(e) {
+                        self.deferred = Some(fatal);
+                        break;
+                    }
+                }
+                // Nothing queued, or a rebalance or commit event served.
+                None => {
+                    if !self.context.rebalances.is_empty() {
+                        break;
+                    }
+                    empty += 1;
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(taken.len());
+        let mut topic: Option<Arc<str>> = None;
+        let mut messages = Vec::with_capacity(taken.len());
+        let mut topics = Vec::with_capacity(taken.len());
+        // SAFETY: live messages (each `BorrowedMessage` keeps its
+        // librdkafka message until dropped, after the copy below).
+        let raw: Vec<RawMessage<'_>> = taken.iter().map(|m| unsafe { read_message(m.ptr()) }).collect();
+        copy_messages(raw, &mut messages);
+        for m in &taken {
+            let name = m.topic();
+            let t = match &topic {
+                Some(t) if &**t == name => t.clone(),
+                _ => Arc::<str>::from(name),
+            };
+            topic = Some(t.clone());
+            topics.push(t);
+        }
+        drop(taken);
+        out.extend(
+            topics
+                .into_iter()
+                .zip(messages)
+                .map(|(topic, message)| GroupRecord { topic, message }),
+        );
+        out
+    }
+}
+
+/// `offsets` as a librdkafka list.
+fn offset_list(offsets: &[TopicPartitionOffset]) -> Result<TopicPartitionList> {
+    let mut tpl = TopicPartitionList::new();
+    for o in offsets {
+        let mut e = tpl.add_partition(&o.topic, o.partition);
+        e.set_offset(Offset::Offset(o.offset))
+            .map_err(|e| rd_err("listing offsets", e))?;
+        if let Some(m) = &o.metadata {
+            e.set_metadata(m.clone());
+        }
+    }
+    Ok(tpl)
+}
+
+impl GroupConsumerBackend for RdkafkaGroupConsumer {
+    async fn connect(&mut self) -> Result<()> {
+        if self.consumer.is_none() {
+            let mut consumer: RdGroupConsumer = self
+                .config
+                .create_with_context(self.context.clone())
+                .map_err(|e| rd_err("creating the group consumer", e))?;
+            let ready = self.ready.clone();
+            consumer.set_nonempty_callback(move || ready.notify_one());
+            self.consumer = Some(Arc::new(consumer));
+        }
+        Ok(())
+    }
+
+    fn subscribe(&mut self, subscription: &Subscription) -> Result<()> {
+        let consumer = self.consumer()?;
+        let topics: Vec<String> = match subscription {
+            Subscription::Topics(t) => t.clone(),
+            // librdkafka reads a name starting with `^` as a regular expression.
+            Subscription::Pattern(p) => vec![format!("^({p})$")],
+        };
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&names).map_err(|e| rd_err("subscribing", e))
+    }
+
+    /// Cancel safe: events and records leave librdkafka only inside one
+    /// synchronous step that returns them.
+    async fn poll_events(&mut self, timeout: Duration) -> Result<GroupBatch> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        let consumer = self.consumer()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let events = self.context.rebalances.take();
+            if !events.is_empty() {
+                return Ok(GroupBatch {
+                    events,
+                    records: Vec::new(),
+                });
+            }
+            let records = self.drain(&consumer);
+            if !records.is_empty() {
+                return Ok(GroupBatch {
+                    events: Vec::new(),
+                    records,
+                });
+            }
+            if let Some(e) = self.deferred.take() {
+                return Err(e);
+            }
+            if !self.context.rebalances.is_empty() {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(GroupBatch::default());
+            }
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), self.ready.notified()).await;
+        }
+    }
+
+    fn assignment(&self) -> Result<Vec<TopicPartition>> {
+        let tpl = self
+            .consumer()?
+            .assignment()
+            .map_err(|e| rd_err("reading the assignment", e))?;
+        Ok(partitions_of(&tpl))
+    }
+
+    async fn commit(&mut self, offsets: &[TopicPartitionOffset]) -> Result<()> {
+        let consumer = self.consumer()?;
+        let tpl = offset_list(offsets)?;
+        blocking_guarded(&self.context.failure, &|| {}, "committing offsets", move || {
+            consumer.commit(&tpl, CommitMode::Sync)
+        })
+        .await
+    }
+
+    async fn committed(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<i64>>> {
+        let consumer = self.consumer()?;
+        let mut tpl = TopicPartitionList::new();
+        for tp in partitions {
+            tpl.add_partition(&tp.topic, tp.partition);
+        }
+        let timeout = self.request_timeout;
+        let found = blocking_retried(
+            &self.context.failure,
+            &|| {},
+            "fetching committed offsets",
+            timeout,
+            move || consumer.committed_offsets(tpl.clone(), timeout.min(LOOKUP_ATTEMPT * 5)),
+        )
+        .await?;
+        Ok(partitions
+            .iter()
+            .map(|tp| {
+                let offset = match found.find_partition(&tp.topic, tp.partition).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) if o >= 0 => Some(o),
+                    _ => None,
+                };
+                (tp.clone(), offset)
+            })
+            .collect())
+    }
+
+    fn group_metadata(&self) -> Option<GroupMetadataHandle> {
+        let m = self.consumer.as_ref()?.group_metadata()?;
+        Some(GroupMetadataHandle::Rdkafka(RdkafkaGroupMetadata {
+            group_id: self.group_id.clone(),
+            inner: Arc::new(m),
+        }))
+    }
+
+    /// Dropping the last reference closes the consumer (librdkafka revokes,
+    /// commits with auto-commit, leaves the group), off the runtime.
+    async fn close(&mut self) -> Result<()> {
+        if let Some(consumer) = self.consumer.take() {
+            tokio::task::spawn_blocking(move || drop(consumer))
+                .await
+                .map_err(|e| join_err("closing the group consumer", e))?;
         }
         Ok(())
     }
@@ -1637,6 +2055,28 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
         self.fresh_identity(after).await?;
         self.identity_fresh = true;
         Ok(())
+    }
+
+    async fn send_offsets(
+        &mut self,
+        offsets: &[TopicPartitionOffset],
+        metadata: &GroupMetadataHandle,
+        timeout: Duration,
+    ) -> Result<()> {
+        let GroupMetadataHandle::Rdkafka(metadata) = metadata else {
+            return Err(ConnectorError::CallOrder {
+                call: "send_offsets",
+                problem: "with the native client's group metadata (the rdkafka producer takes the rdkafka \
+                          consumer's)",
+            });
+        };
+        let p = self.producer()?;
+        let tpl = offset_list(offsets)?;
+        let cgm = metadata.inner.clone();
+        blocking("send_offsets_to_transaction", move || {
+            p.send_offsets_to_transaction(&tpl, &cgm, timeout)
+        })
+        .await
     }
 
     /// From the last statistics tick; `None` before `init_transactions`.

@@ -18,16 +18,21 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::backend::{
-    ConsumerBackend, DeliveryOutcome, NativeConsumer, NativeDelivery, NativeProducer, NativeTransactionalProducer,
-    ProducerBackend, TransactionalProducerBackend, Watermark,
+    ConsumerBackend, DeliveryOutcome, GroupBatch, GroupConsumerBackend, GroupMetadataHandle, NativeConsumer,
+    NativeDelivery, NativeGroupConsumer, NativeProducer, NativeTransactionalProducer, ProducerBackend,
+    TransactionalProducerBackend, Watermark,
 };
 use super::error::Result;
 use super::options::{Backend, SinkOptions, SourceOptions, TwoPhaseCommitMode, TwoPhaseCommitOptions, UpsertOptions};
 #[cfg(feature = "rdkafka")]
-use super::rdkafka::{RdkafkaConsumer, RdkafkaDelivery, RdkafkaProducer, RdkafkaTransactionalProducer};
+use super::rdkafka::{
+    RdkafkaConsumer, RdkafkaDelivery, RdkafkaGroupConsumer, RdkafkaProducer, RdkafkaTransactionalProducer,
+};
 use super::record::KafkaMessage;
 use super::{KafkaSink, KafkaSource, TwoPhaseCommitSink, UpsertSink};
-use crate::client::{PartitionOffset, ResumeHandle};
+use crate::client::{
+    GroupConsumerConfig, PartitionOffset, ResumeHandle, Subscription, TopicPartition, TopicPartitionOffset,
+};
 
 /// The consumer `backend` chose.
 // One per operator: the size difference between variants costs nothing.
@@ -314,5 +319,77 @@ impl TransactionalProducerBackend for SelectedTransactionalProducer {
 
     fn identity(&self) -> Option<ResumeHandle> {
         each!(self, b => b.identity(), SelectedTransactionalProducer)
+    }
+
+    async fn send_offsets(
+        &mut self,
+        offsets: &[TopicPartitionOffset],
+        metadata: &GroupMetadataHandle,
+        timeout: Duration,
+    ) -> Result<()> {
+        each!(self, b => b.send_offsets(offsets, metadata, timeout).await, SelectedTransactionalProducer)
+    }
+}
+
+/// The group consumer `backend` chose.
+// One per member: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum SelectedGroupConsumer {
+    /// The pure-Rust client's group consumer.
+    Native(NativeGroupConsumer),
+    /// librdkafka's KafkaConsumer (cargo feature `rdkafka`).
+    #[cfg(feature = "rdkafka")]
+    Rdkafka(RdkafkaGroupConsumer),
+}
+
+impl SelectedGroupConsumer {
+    /// The group consumer `options.backend` names, connecting as `options`
+    /// say, in the group `group` describes (see
+    /// [`NativeGroupConsumer::new`]).
+    pub fn for_options(options: &SourceOptions, group: GroupConsumerConfig) -> Result<Self> {
+        match options.backend {
+            Backend::Native => Ok(SelectedGroupConsumer::Native(NativeGroupConsumer::new(options, group)?)),
+            #[cfg(feature = "rdkafka")]
+            Backend::Rdkafka => Ok(SelectedGroupConsumer::Rdkafka(RdkafkaGroupConsumer::new(
+                options, group,
+            )?)),
+            #[cfg(not(feature = "rdkafka"))]
+            Backend::Rdkafka => Err(unavailable()),
+        }
+    }
+}
+
+impl GroupConsumerBackend for SelectedGroupConsumer {
+    async fn connect(&mut self) -> Result<()> {
+        each!(self, b => b.connect().await, SelectedGroupConsumer)
+    }
+
+    fn subscribe(&mut self, subscription: &Subscription) -> Result<()> {
+        each!(self, b => b.subscribe(subscription), SelectedGroupConsumer)
+    }
+
+    async fn poll_events(&mut self, timeout: Duration) -> Result<GroupBatch> {
+        each!(self, b => b.poll_events(timeout).await, SelectedGroupConsumer)
+    }
+
+    fn assignment(&self) -> Result<Vec<TopicPartition>> {
+        each!(self, b => b.assignment(), SelectedGroupConsumer)
+    }
+
+    async fn commit(&mut self, offsets: &[TopicPartitionOffset]) -> Result<()> {
+        each!(self, b => b.commit(offsets).await, SelectedGroupConsumer)
+    }
+
+    async fn committed(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<i64>>> {
+        each!(self, b => b.committed(partitions).await, SelectedGroupConsumer)
+    }
+
+    fn group_metadata(&self) -> Option<GroupMetadataHandle> {
+        each!(self, b => b.group_metadata(), SelectedGroupConsumer)
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        each!(self, b => b.close().await, SelectedGroupConsumer)
     }
 }

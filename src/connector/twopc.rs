@@ -2083,6 +2083,15 @@ mod tests {
             h.producer_epoch = self.0.lock().unwrap().epoch;
             Some(h)
         }
+        async fn send_offsets(
+            &mut self,
+            _offsets: &[crate::client::TopicPartitionOffset],
+            _metadata: &crate::connector::GroupMetadataHandle,
+            _timeout: Duration,
+        ) -> Result<()> {
+            self.push("send_offsets".into());
+            Ok(())
+        }
     }
 
     fn scripted(
