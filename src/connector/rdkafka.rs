@@ -1553,6 +1553,8 @@ impl ProducerBackend for RdkafkaTransactionalProducer {
 
     /// Cancel safe only between records, as [`RdkafkaProducer::send`].
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
+        // Before init_transactions is a call-order error, as natively.
+        self.producer()?;
         self.inner.send_record(topic, partition, message).await
     }
 
@@ -1609,6 +1611,8 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
     }
 
     fn begin_transaction(&mut self) -> Result<()> {
+        // Before init_transactions is a call-order error, as natively.
+        let producer = self.producer()?;
         if !self.identity_fresh {
             return Err(ConnectorError::Rdkafka {
                 operation: "begin_transaction".into(),
@@ -1617,9 +1621,7 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
                     .into(),
             });
         }
-        self.producer()?
-            .begin_transaction()
-            .map_err(|e| rd_err("begin_transaction", e))
+        producer.begin_transaction().map_err(|e| rd_err("begin_transaction", e))
     }
 
     async fn commit_transaction(&mut self, timeout: Duration) -> Result<()> {
