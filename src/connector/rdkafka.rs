@@ -892,7 +892,9 @@ impl ConsumerBackend for RdkafkaConsumer {
     }
 
     /// Cancel safe: records leave librdkafka only inside one synchronous
-    /// step that returns them; the waits in between take nothing.
+    /// step that returns them; the waits in between take nothing
+    /// (`tests/consumer_cancel.rs` drops these futures at every point a
+    /// sweep reaches).
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<KafkaMessage>> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
