@@ -59,6 +59,7 @@ fn params(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> BTreeMap<String
 
 fn text_source(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> TextKafkaSource<SelectedConsumer> {
     let o = parse_source(FactoryKind::TextSource, &params(brokers, topic, extra), 0, 1).unwrap();
+    assert_eq!(o.backend.name(), common::connector::backend());
     TextKafkaSource::new(selected::kafka_source(o).unwrap())
 }
 
@@ -68,6 +69,7 @@ fn text_sink(
     extra: &[(&str, &str)],
 ) -> TextKafkaSink<clink_kafka::connector::selected::SelectedProducer> {
     let o = parse_sink(FactoryKind::TextSink, &params(brokers, topic, extra)).unwrap();
+    assert_eq!(o.backend.name(), common::connector::backend());
     TextKafkaSink::new(selected::kafka_sink(o).unwrap())
 }
 

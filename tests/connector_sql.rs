@@ -1,7 +1,10 @@
 //! The SQL table front: the spec's two CREATE TABLE examples build the
 //! right factories, the delivery mode selects the factory (exactly-once is a
 //! clear "not yet available"), quoted dotted keys reach the passthrough, and
-//! rows go through the JSON bridge to the broker and back.
+//! rows go through the JSON bridge to the broker and back. Every table is
+//! declared with `backend = '…'` from `CLINK_KAFKA_TEST_BACKEND`
+//! ([`on_backend`]), so the parity pass plans, builds and runs each one on
+//! librdkafka.
 
 mod common;
 
@@ -38,6 +41,27 @@ const CLICK_COUNTS: &str = "CREATE TABLE click_counts (
   primary_key = 'user_id'
 );";
 
+/// `sql` on the backend the suite runs on (`CLINK_KAFKA_TEST_BACKEND`):
+/// `backend = '…'` first in its `WITH` list.
+fn on_backend(sql: &str) -> String {
+    assert!(sql.contains("WITH ("), "{sql}");
+    sql.replacen(
+        "WITH (",
+        &format!("WITH (backend = '{}', ", common::connector::backend()),
+        1,
+    )
+}
+
+/// Parses `sql` on the suite's backend ([`on_backend`]).
+fn parse_on_backend(sql: &str) -> TableDefinition {
+    parse_create_table(&on_backend(sql)).unwrap()
+}
+
+/// The planned context carries the suite's backend.
+fn assert_backend(context: &clink_kafka::connector::BuildContext) {
+    assert_eq!(context.param("backend"), Some(common::connector::backend()));
+}
+
 fn registry() -> Registry {
     let mut r = Registry::new();
     install(&mut r).unwrap();
@@ -47,7 +71,7 @@ fn registry() -> Registry {
 #[test]
 fn the_spec_examples_build_the_right_factories() {
     let r = registry();
-    let clicks = parse_create_table(CLICKS).unwrap();
+    let clicks = parse_on_backend(CLICKS);
     assert_eq!(clicks.name, "clicks");
     assert_eq!(clicks.columns.len(), 2);
     assert_eq!(clicks.columns[0].data_type, SqlType::Integer);
@@ -57,9 +81,11 @@ fn the_spec_examples_build_the_right_factories() {
     assert_eq!(planned.mode, TableMode::Append);
     assert_eq!(planned.context.param("group_id"), Some("analytics"));
     assert_eq!(planned.context.param("connector"), None, "planner options are consumed");
+    assert_backend(&planned.context);
     assert!(matches!(op, Operator::TextSource(_)), "{op:?}");
     let (planned, op) = build_table(&r, &clicks, TableRole::Sink, 0, 1).unwrap();
     assert_eq!(planned.factory, "kafka_sink_string");
+    assert_backend(&planned.context);
     assert_eq!(
         planned.context.param("group_id"),
         None,
@@ -67,15 +93,17 @@ fn the_spec_examples_build_the_right_factories() {
     );
     assert!(matches!(op, Operator::TextSink(_)), "{op:?}");
 
-    let counts = parse_create_table(CLICK_COUNTS).unwrap();
+    let counts = parse_on_backend(CLICK_COUNTS);
     let (planned, op) = build_table(&r, &counts, TableRole::Sink, 0, 1).unwrap();
     assert_eq!(planned.factory, "kafka_upsert_sink_string");
+    assert_backend(&planned.context);
     assert_eq!(planned.mode, TableMode::Upsert);
     assert_eq!(planned.context.param("primary_key"), Some("user_id"));
     assert!(matches!(op, Operator::TextSink(_)), "{op:?}");
     // Reading an upsert table is the plain string source.
     let (planned, _) = build_table(&r, &counts, TableRole::Source, 1, 2).unwrap();
     assert_eq!(planned.factory, "kafka_source_string");
+    assert_backend(&planned.context);
     assert_eq!(planned.context.subtask_index(), 1);
     assert_eq!(planned.context.parallelism(), 2);
 }
@@ -84,9 +112,10 @@ fn the_spec_examples_build_the_right_factories() {
 fn exactly_once_plans_the_2pc_sink_and_modes_are_checked() {
     let sql = "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
                mode = 'exactly_once', transactional_id = 'tx', receipts_in_memory = 'true')";
-    let table = parse_create_table(sql).unwrap();
+    let table = parse_on_backend(sql);
     let (planned, op) = build_table(&registry(), &table, TableRole::Sink, 1, 3).unwrap();
     assert_eq!(planned.factory, "kafka_2pc_sink_string");
+    assert_backend(&planned.context);
     assert_eq!(planned.context.param("transactional_id"), Some("tx"));
     let Operator::TextSink(sink) = op else {
         panic!("an exactly-once sink table is a text sink: {op:?}")
@@ -94,10 +123,9 @@ fn exactly_once_plans_the_2pc_sink_and_modes_are_checked() {
     let caps = sink.capabilities();
     assert!(caps.two_phase && !caps.commit_recoverable, "{caps:?}");
     // Without a transactional id the factory names the missing option.
-    let no_id = parse_create_table(
+    let no_id = parse_on_backend(
         "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't', mode = 'exactly_once')",
-    )
-    .unwrap();
+    );
     let e = build_table(&registry(), &no_id, TableRole::Sink, 0, 1).unwrap_err();
     assert!(
         matches!(
@@ -113,9 +141,10 @@ fn exactly_once_plans_the_2pc_sink_and_modes_are_checked() {
     let planned = plan(&table, TableRole::Source, 0, 1).unwrap();
     assert_eq!(planned.context.param("kafka.isolation.level"), Some("read_committed"));
     assert_eq!(planned.context.param("transactional_id"), None);
+    assert_backend(&planned.context);
     registry().build(planned.factory, &planned.context).unwrap();
 
-    let bogus = parse_create_table("CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', mode = 'sometimes')").unwrap();
+    let bogus = parse_on_backend("CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', mode = 'sometimes')");
     let e = plan(&bogus, TableRole::Sink, 0, 1).unwrap_err();
     assert_eq!(e.option(), Some("mode"), "{e}");
     let jdbc = parse_create_table("CREATE TABLE t (a BIGINT) WITH (connector = 'jdbc')").unwrap();
@@ -137,28 +166,31 @@ fn quoted_dotted_keys_reach_the_passthrough() {
     let r = registry();
     let sql = r#"CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
                  "kafka.fetch.wait.max.ms" = '50', "kafka.client.rack" = 'eu-central-1a')"#;
-    let table = parse_create_table(sql).unwrap();
+    let table = parse_on_backend(sql);
     assert_eq!(table.options["kafka.client.rack"], "eu-central-1a");
     // The rack reaches the consumer (KIP-392): it builds, and an empty one
     // is refused by name.
-    build_table(&r, &table, TableRole::Source, 0, 1).expect("kafka.client.rack is the consumer's rack");
+    let (planned, _) =
+        build_table(&r, &table, TableRole::Source, 0, 1).expect("kafka.client.rack is the consumer's rack");
+    assert_backend(&planned.context);
     let sql = r#"CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
                  "kafka.client.rack" = ' ')"#;
-    let e = build_table(&r, &parse_create_table(sql).unwrap(), TableRole::Source, 0, 1).unwrap_err();
+    let e = build_table(&r, &parse_on_backend(sql), TableRole::Source, 0, 1).unwrap_err();
     assert!(
         matches!(&e, ConnectorError::InvalidOption { option, .. } if option == "kafka.client.rack"),
         "{e}"
     );
     let sql = r#"CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't',
                  "kafka.fetch.wait.max.ms" = '50', "kafka.isolation.level" = 'read_committed')"#;
-    let table = parse_create_table(sql).unwrap();
-    build_table(&r, &table, TableRole::Source, 0, 1).unwrap();
+    let table = parse_on_backend(sql);
+    let (planned, _) = build_table(&r, &table, TableRole::Source, 0, 1).unwrap();
+    assert_backend(&planned.context);
     // A single-quoted key is a string literal, refused with the fix.
     let e = parse_create_table("CREATE TABLE t (a BIGINT) WITH ('kafka.client.rack' = 'x')").unwrap_err();
     assert!(e.to_string().contains("double quotes"), "{e}");
     // Options go to the factory's validation: a bad value names itself.
     let sql = "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', brokers = 'h:1', topic = 't', linger_ms = -3)";
-    let e = build_table(&r, &parse_create_table(sql).unwrap(), TableRole::Sink, 0, 1).unwrap_err();
+    let e = build_table(&r, &parse_on_backend(sql), TableRole::Sink, 0, 1).unwrap_err();
     assert_eq!(e.option(), Some("linger_ms"), "{e}");
 }
 
@@ -173,7 +205,7 @@ async fn rows_go_through_the_json_bridge_to_the_broker_and_back() {
            connector = 'kafka', format = 'json', brokers = '{brokers}', topic = '{topic}',
            group_id = '{topic}-g', auto_offset_reset = 'earliest')"
     );
-    let table = parse_create_table(&sql).unwrap();
+    let table = parse_on_backend(&sql);
     let r = registry();
     let rows: Vec<Row> = (0..6)
         .map(|i| {
@@ -189,7 +221,8 @@ async fn rows_go_through_the_json_bridge_to_the_broker_and_back() {
             ])
         })
         .collect();
-    let (_, sink) = build_table(&r, &table, TableRole::Sink, 0, 1).unwrap();
+    let (planned, sink) = build_table(&r, &table, TableRole::Sink, 0, 1).unwrap();
+    assert_backend(&planned.context);
     let mut sink = sink.into_text_sink("kafka_sink_string").unwrap();
     sink.open().await.unwrap();
     let texts = rows
@@ -200,7 +233,8 @@ async fn rows_go_through_the_json_bridge_to_the_broker_and_back() {
     sink.on_barrier(1).await.unwrap();
     sink.close().await.unwrap();
 
-    let (_, source) = build_table(&r, &table, TableRole::Source, 0, 1).unwrap();
+    let (planned, source) = build_table(&r, &table, TableRole::Source, 0, 1).unwrap();
+    assert_backend(&planned.context);
     let mut source = source.into_text_source("kafka_source_string").unwrap();
     source.open().await.unwrap();
     let mut back = Vec::new();
@@ -272,7 +306,8 @@ use clink_kafka::connector::{Source, Text};
 
 /// Writes `texts` through the table's planned sink (`kafka_sink_string`).
 async fn write_texts(table: &TableDefinition, texts: Vec<Text>) {
-    let (_, sink) = build_table(&registry(), table, TableRole::Sink, 0, 1).unwrap();
+    let (planned, sink) = build_table(&registry(), table, TableRole::Sink, 0, 1).unwrap();
+    assert_backend(&planned.context);
     let mut sink = sink.into_text_sink("kafka_sink_string").unwrap();
     sink.open().await.unwrap();
     sink.on_data(texts).await.unwrap();
@@ -289,6 +324,11 @@ async fn read_rows(
 ) -> Result<(Vec<Row>, Vec<&'static str>, Option<BridgeStats>, u64), ConnectorError> {
     let (planned, mut source) = build_table_source(table, 0, 1)?;
     assert_eq!(planned.factory, "kafka_source_string");
+    assert_backend(&planned.context);
+    assert_eq!(
+        source.text_source().inner().options().backend.name(),
+        common::connector::backend()
+    );
     source.open().await?;
     let mut rows = Vec::new();
     let mut shapes = Vec::new();
@@ -323,11 +363,10 @@ async fn read_rows(
 }
 
 fn table_sql(name: &str, columns: &str, brokers: &str, topic: &str, extra: &str) -> TableDefinition {
-    parse_create_table(&format!(
+    parse_on_backend(&format!(
         "CREATE TABLE {name} ({columns}) WITH (connector = 'kafka', format = 'json', brokers = '{brokers}', \
          topic = '{topic}', auto_offset_reset = 'earliest'{extra})"
     ))
-    .unwrap()
 }
 
 const ALL_TYPES: &str = "id BIGINT, price DECIMAL(18, 3), at TIMESTAMP(3) WITH TIME ZONE, local TIMESTAMP(6), \

@@ -910,7 +910,9 @@ impl ConsumerBackend for RdkafkaConsumer {
     }
 
     /// Cancel safe: records leave librdkafka only inside one synchronous
-    /// step that returns them; the waits in between take nothing.
+    /// step that returns them; the waits in between take nothing
+    /// (`tests/consumer_cancel.rs` drops these futures at every point a
+    /// sweep reaches).
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<KafkaMessage>> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
@@ -1971,6 +1973,8 @@ impl ProducerBackend for RdkafkaTransactionalProducer {
 
     /// Cancel safe only between records, as [`RdkafkaProducer::send`].
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<RdkafkaDelivery> {
+        // Before init_transactions is a call-order error, as natively.
+        self.producer()?;
         self.inner.send_record(topic, partition, message).await
     }
 
@@ -2027,6 +2031,8 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
     }
 
     fn begin_transaction(&mut self) -> Result<()> {
+        // Before init_transactions is a call-order error, as natively.
+        let producer = self.producer()?;
         if !self.identity_fresh {
             return Err(ConnectorError::Rdkafka {
                 operation: "begin_transaction".into(),
@@ -2035,9 +2041,7 @@ impl TransactionalProducerBackend for RdkafkaTransactionalProducer {
                     .into(),
             });
         }
-        self.producer()?
-            .begin_transaction()
-            .map_err(|e| rd_err("begin_transaction", e))
+        producer.begin_transaction().map_err(|e| rd_err("begin_transaction", e))
     }
 
     async fn commit_transaction(&mut self, timeout: Duration) -> Result<()> {
