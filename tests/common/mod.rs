@@ -352,3 +352,9 @@ impl TlsEnv {
             .with_key_file(self.key.clone())
     }
 }
+
+/// The next item of a stream (what `futures::StreamExt::next` does, without
+/// the dependency). Cancel safe when the stream is.
+pub async fn next<S: futures_core::Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *stream).poll_next(cx)).await
+}
