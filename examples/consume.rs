@@ -1,5 +1,5 @@
 //! Consume a topic from the beginning with manual assignment and print
-//! each record.
+//! each record, reading the consumer as a `Stream` of records.
 //!
 //! ```text
 //! cargo run --example consume -- [BROKERS] [TOPIC] [COUNT]
@@ -10,9 +10,11 @@
 //! or after 10 s without one.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::time::Duration;
 
 use clink_kafka::client::{ClientConfig, Cluster, Consumer, ConsumerConfig, Offset};
+use futures_core::Stream;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -25,21 +27,28 @@ pub async fn run(brokers: &str, topic: &str, count: usize, out: &mut dyn Write) 
     consumer.assign_topic(topic).await?;
     consumer.seek_all(Offset::Earliest).await?;
     let mut read = 0;
-    let mut last_record = Instant::now();
-    while read < count && last_record.elapsed() < Duration::from_secs(10) {
-        for r in consumer.poll(Duration::from_millis(500)).await? {
-            writeln!(
-                out,
-                "{}[{}]@{} {} {}",
-                r.topic,
-                r.partition,
-                r.record.offset,
-                text(r.record.key.as_deref()),
-                text(r.record.value.as_deref())
-            )?;
-            read += 1;
-            last_record = Instant::now();
-        }
+    // `consumer.stream()` is a `futures_core::Stream` of records (with the
+    // `futures` crate: `while let Some(r) = stream.next().await`). It
+    // fetches only while it is read, and dropping it, or a `next()`, at
+    // any point loses no record. `consumer.batches()` yields a poll's worth
+    // at a time instead.
+    let mut stream = consumer.stream();
+    while read < count {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx));
+        let Ok(Some(r)) = tokio::time::timeout(Duration::from_secs(10), next).await else {
+            break; // 10 s without a record
+        };
+        let r = r?;
+        writeln!(
+            out,
+            "{}[{}]@{} {} {}",
+            r.topic,
+            r.partition,
+            r.record.offset,
+            text(r.record.key.as_deref()),
+            text(r.record.value.as_deref())
+        )?;
+        read += 1;
     }
     Ok(read)
 }

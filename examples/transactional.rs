@@ -12,12 +12,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::time::Duration;
 
 use clink_kafka::client::{
     ClientConfig, Cluster, Consumer, ConsumerConfig, GroupOffsets, IsolationLevel, Offset, ProducerConfig,
     ProducerRecord, TopicPartition, TopicPartitionOffset, TransactionalProducer, TxnConfig,
 };
+use futures_core::Stream;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -54,13 +56,15 @@ pub async fn run(
     let txn = TxnConfig::new(format!("{group}-txn"));
     let mut producer = TransactionalProducer::init(cluster, ProducerConfig::default(), txn).await?;
     let mut total = 0;
-    let mut last_record = Instant::now();
-    while total < count && last_record.elapsed() < Duration::from_secs(10) {
-        let records = consumer.poll(Duration::from_millis(500)).await?;
-        if records.is_empty() {
-            continue;
-        }
-        last_record = Instant::now();
+    // The consumer as a `Stream` of batches (a poll's worth each, never
+    // empty); with the `futures` crate: `batches.next().await`.
+    let mut batches = consumer.batches();
+    while total < count {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut batches).poll_next(cx));
+        let Ok(Some(records)) = tokio::time::timeout(Duration::from_secs(10), next).await else {
+            break; // 10 s without a record
+        };
+        let records = records?;
         // The guard: commit(self) / abort(self) end it; dropped, the next
         // begin aborts it.
         let mut transaction = producer.begin().await?;

@@ -189,7 +189,7 @@ fn the_first_run_scripts_show_the_build() {
         .expect("scripts/roundtrip builds in a step of its own, cargo's progress shown (no --quiet)");
     let run = roundtrip
         .lines()
-        .position(|l| l.starts_with("exec cargo run"))
+        .position(|l| l.trim_start().starts_with("cargo run --release"))
         .expect("then runs");
     assert!(build < run, "build first, then run");
     let test = std::fs::read_to_string(root.join("scripts/test")).unwrap();

@@ -50,8 +50,14 @@ async fn idempotent_producer_loses_and_duplicates_nothing_when_leaders_are_kille
         .map(|v| v.parse().expect("CLINK_KAFKA_FAILOVER_RECORDS: a record count"))
         .unwrap_or(150_000);
     let per_tick = (records / 400).max(300);
+    let started = Instant::now();
     let run = PacedProducer::start(producer.clone(), topic.clone(), per_tick, records);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Under way (every partition acknowledged a record) before the first kill.
+    let all: Vec<i32> = (0..PARTITIONS).collect();
+    assert!(
+        run.recovered(&all, started, Duration::from_secs(60)).await,
+        "the producer was not under way within 60 s"
+    );
 
     // The leader of each partition in turn, unless that partition already
     // lost its leader in this run.
@@ -342,8 +348,13 @@ async fn rolling_restart_during_produce_and_consume() {
             .await
             .expect("producer"),
     );
+    let started = Instant::now();
     let run = PacedProducer::start(producer.clone(), topic.clone(), 200, 50_000);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all: Vec<i32> = (0..PARTITIONS).collect();
+    assert!(
+        run.recovered(&all, started, Duration::from_secs(60)).await,
+        "the producer was not under way within 60 s"
+    );
     for broker in 1..=kc::BROKERS {
         kc::stop(broker).await;
         eprintln!("stopped broker {broker}");

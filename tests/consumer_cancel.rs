@@ -411,3 +411,152 @@ async fn incremental_fetch_sessions_are_used_and_stay_correct() {
         "incremental fetches: the session epoch reached only {max_epoch}"
     );
 }
+
+/// Polls `fut` by hand up to `k` times (a short sleep after each, so the
+/// fetch tasks and connections progress); its output if it finished.
+async fn hand_poll<F: Future>(mut fut: std::pin::Pin<&mut F>, k: usize) -> Option<F::Output> {
+    let mut cx = noop_cx();
+    for _ in 0..k {
+        if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
+            return Some(r);
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    None
+}
+
+async fn small_fetch_consumer(cluster: &Cluster, topic: &str) -> Consumer {
+    let mut consumer = Consumer::new(
+        cluster.clone(),
+        ConsumerConfig::default()
+            .with_max_poll_records(37)
+            .with_max_poll_bytes(4000)
+            .with_partition_max_bytes(1024),
+    );
+    consumer.assign_topic(topic).await.unwrap();
+    consumer.seek_all(Offset::Earliest).await.unwrap();
+    consumer
+}
+
+/// `recv` futures dropped after k hand polls (k = 1..40, cycling), then
+/// under tokio timeouts of 0 to 3 ms: every record exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_recvs_lose_and_repeat_nothing() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = fixture(&cluster, "cancel-recv").await;
+    let total = PARTITIONS as usize * PER_PARTITION;
+    let mut consumer = small_fetch_consumer(&cluster, &topic).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut dropped, mut k, mut step) = (0usize, 0usize, 0u64);
+    while got.len() < total {
+        assert!(Instant::now() < deadline, "only {} of {total} in 120 s", got.len());
+        let r = if got.len() < total / 2 {
+            k = k % 40 + 1;
+            let fut = std::pin::pin!(consumer.recv());
+            hand_poll(fut, k).await
+        } else {
+            step = (step + 1) % 60;
+            tokio::time::timeout(Duration::from_micros(step * 50), consumer.recv())
+                .await
+                .ok()
+        };
+        match r {
+            Some(r) => keep(&mut got, vec![r.unwrap()]),
+            None => dropped += 1,
+        }
+    }
+    check_exactly_once(&got);
+    assert!(tokio::time::timeout(Duration::from_millis(300), consumer.recv())
+        .await
+        .is_err());
+    eprintln!("recv sweep: {dropped} futures dropped");
+    assert!(dropped > 0, "the sweep dropped no future: it tested nothing");
+}
+
+/// Record streams dropped (with their `next()` in flight) after k hand
+/// polls, a new stream each time; and `next()` futures dropped under tokio
+/// timeouts while one stream lives on: every record exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_record_streams_lose_and_repeat_nothing() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = fixture(&cluster, "cancel-stream").await;
+    let total = PARTITIONS as usize * PER_PARTITION;
+    let mut consumer = small_fetch_consumer(&cluster, &topic).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut dropped, mut k) = (0usize, 0usize);
+    while got.len() < total / 2 {
+        assert!(Instant::now() < deadline, "only {} of {total} in 120 s", got.len());
+        k = k % 40 + 1;
+        let mut stream = consumer.stream();
+        let r = {
+            let fut = std::pin::pin!(common::next(&mut stream));
+            hand_poll(fut, k).await
+        };
+        drop(stream);
+        match r {
+            Some(r) => keep(&mut got, vec![r.expect("the stream never ends").unwrap()]),
+            None => dropped += 1,
+        }
+    }
+    let mut stream = consumer.stream();
+    let mut step = 0u64;
+    while got.len() < total {
+        assert!(Instant::now() < deadline, "only {} of {total} in 120 s", got.len());
+        step = (step + 1) % 60;
+        match tokio::time::timeout(Duration::from_micros(step * 50), common::next(&mut stream)).await {
+            Ok(r) => keep(&mut got, vec![r.expect("the stream never ends").unwrap()]),
+            Err(_) => dropped += 1,
+        }
+    }
+    drop(stream);
+    check_exactly_once(&got);
+    assert!(consumer.poll(Duration::from_millis(300)).await.unwrap().is_empty());
+    eprintln!("record stream sweep: {dropped} streams or next() futures dropped");
+    assert!(dropped > 0, "the sweep dropped nothing: it tested nothing");
+}
+
+/// As above for the batch stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_batch_streams_lose_and_repeat_nothing() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = fixture(&cluster, "cancel-batches").await;
+    let total = PARTITIONS as usize * PER_PARTITION;
+    let mut consumer = small_fetch_consumer(&cluster, &topic).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut dropped, mut k) = (0usize, 0usize);
+    while got.len() < total / 2 {
+        assert!(Instant::now() < deadline, "only {} of {total} in 120 s", got.len());
+        k = k % 40 + 1;
+        let mut stream = consumer.batches();
+        let r = {
+            let fut = std::pin::pin!(common::next(&mut stream));
+            hand_poll(fut, k).await
+        };
+        drop(stream);
+        match r {
+            Some(r) => keep(&mut got, r.expect("the stream never ends").unwrap()),
+            None => dropped += 1,
+        }
+    }
+    let mut stream = consumer.batches();
+    let mut step = 0u64;
+    while got.len() < total {
+        assert!(Instant::now() < deadline, "only {} of {total} in 120 s", got.len());
+        step = (step + 1) % 60;
+        match tokio::time::timeout(Duration::from_micros(step * 50), common::next(&mut stream)).await {
+            Ok(r) => keep(&mut got, r.expect("the stream never ends").unwrap()),
+            Err(_) => dropped += 1,
+        }
+    }
+    drop(stream);
+    check_exactly_once(&got);
+    assert!(consumer.poll(Duration::from_millis(300)).await.unwrap().is_empty());
+    eprintln!("batch stream sweep: {dropped} streams or next() futures dropped");
+    assert!(dropped > 0, "the sweep dropped nothing: it tested nothing");
+}

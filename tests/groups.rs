@@ -334,7 +334,9 @@ async fn manual_commit_sync_and_async(protocol: GroupProtocol) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while committed(&cluster, &group, &topic, 2).await != vec![Some(25), Some(25)] {
         assert!(Instant::now() < deadline, "commit_async never landed");
-        c.poll(Duration::from_millis(100)).await.unwrap();
+        // Everything produced was seen: a poll meanwhile brings nothing.
+        let extra = c.poll(Duration::from_millis(100)).await.unwrap();
+        assert!(extra.is_empty(), "{} records beyond the 50 produced", extra.len());
     }
     produce(&cluster, &topic, 2, 25, 5).await;
     poll_until(&mut [&mut c], &mut seen, Duration::from_secs(60), "more", |s, _| {

@@ -50,7 +50,11 @@
 //! [KIP-320]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-320%3A+Allow+fetchers+to+detect+and+handle+log+truncation
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 pub use clink_kafka_wire::fetcher::LogTruncation;
@@ -343,7 +347,45 @@ impl BrokerPace {
 type ConnectAnswer = (i32, Result<BrokerConnection>);
 
 /// What a fetch task returns.
-type FetchAnswer = (i32, BrokerRef, Instant, Duration, Result<FetchResponse>);
+/// (broker, its address, when sent, the wait asked for, the answer, the
+/// answer's record bytes, counted in [`BufferedBytes`] until handled).
+type FetchAnswer = (i32, BrokerRef, Instant, Duration, Result<FetchResponse>, usize);
+
+/// What a consumer holds of fetched data not yet handed over (see
+/// [`Consumer::buffered_bytes`]): a handle that can be read while the
+/// consumer is borrowed by a stream or a poll in progress.
+#[derive(Clone, Debug, Default)]
+pub struct BufferedBytes(Arc<BufferedInner>);
+
+#[derive(Debug, Default)]
+struct BufferedInner {
+    /// Record bytes of the answers the state machine holds.
+    fetcher: AtomicUsize,
+    /// Record bytes of answers that arrived and wait to be handled.
+    arrived: AtomicUsize,
+}
+
+impl BufferedBytes {
+    /// The record bytes (as fetched, compressed) the consumer holds now:
+    /// answers whose records are not all handed over, and answers that
+    /// arrived and wait for the next poll.
+    pub fn get(&self) -> usize {
+        self.0
+            .fetcher
+            .load(Ordering::Relaxed)
+            .saturating_add(self.0.arrived.load(Ordering::Relaxed))
+    }
+}
+
+/// The record bytes of a fetch answer.
+fn answer_bytes(response: &FetchResponse) -> usize {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .filter_map(|p| p.records.as_ref().map(|r| r.len()))
+        .fold(0usize, usize::saturating_add)
+}
 
 /// What the fetches to one broker brought (see [`Consumer::fetch_counts`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -418,6 +460,8 @@ pub struct Consumer {
     clock: Instant,
     /// Records handed over and per-partition lag (`crate::metrics`).
     metrics: super::metrics::ConsumerMetrics,
+    /// What the consumer holds of fetched data (see `buffered_bytes`).
+    buffered: BufferedBytes,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -452,7 +496,33 @@ impl Consumer {
             fetch_counts: BTreeMap::new(),
             truncations: Vec::new(),
             clock: Instant::now(),
+            buffered: BufferedBytes::default(),
         }
+    }
+
+    /// The record bytes (as fetched, compressed) this consumer holds and
+    /// has not handed over: the answers being handed over, and answers
+    /// that arrived meanwhile. While the caller does not poll, this grows
+    /// by at most the fetches already sent (one per broker, each at most
+    /// [`ConsumerConfig::max_bytes`], or one record batch when a single
+    /// batch is larger): a partition whose data is not all handed over is
+    /// never fetched again, and nothing is sent between polls.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered.get()
+    }
+
+    /// A handle reading [`buffered_bytes`](Self::buffered_bytes) that
+    /// stays usable while the consumer is borrowed (by a
+    /// [`stream`](Self::stream), say).
+    pub fn buffered_bytes_handle(&self) -> BufferedBytes {
+        self.buffered.clone()
+    }
+
+    fn note_buffered(&self) {
+        self.buffered
+            .0
+            .fetcher
+            .store(self.fetcher.buffered_bytes(), Ordering::Relaxed);
     }
 
     /// Per broker id: the fetch answers it sent and how many partitions'
@@ -519,6 +589,7 @@ impl Consumer {
     pub fn assign(&mut self, partitions: &[TopicPartition]) {
         let list: Vec<(&str, i32)> = partitions.iter().map(|tp| (tp.topic.as_str(), tp.partition)).collect();
         self.fetcher.assign(&list);
+        self.note_buffered();
     }
 
     /// Assigns every partition of `topic`.
@@ -570,6 +641,7 @@ impl Consumer {
         };
         self.check_assigned(topic, partition)?;
         self.fetcher.seek(topic, partition, Some(position));
+        self.note_buffered();
         Ok(position)
     }
 
@@ -709,6 +781,16 @@ impl Consumer {
     /// the caller works. A retriable error is retried until `timeout`, then
     /// returned.
     ///
+    /// `poll(Duration::ZERO)` does not wait for the network: it takes in
+    /// the fetch answers that have arrived, hands over what is buffered,
+    /// starts the fetches that are due (they ask the broker to wait up to
+    /// [`ConsumerConfig::max_wait`] and keep going after the call returns;
+    /// the next call hands over what they bring) and returns, yielding to
+    /// the runtime once when it has nothing, so a loop of zero polls lets
+    /// the fetches progress. Only a call that must first position a
+    /// partition (a ListOffsets), check a position after a leader change or
+    /// refresh stale metadata awaits that answer.
+    ///
     /// Cancel safety: this method is cancel safe. Fetched records not yet
     /// handed over live in the consumer, and positions move only when
     /// records are returned; if the future is dropped before it completes,
@@ -716,22 +798,107 @@ impl Consumer {
     /// exactly what this one would have. A fetch already sent keeps going
     /// and its answer is used by the next call.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.poll_until(deadline, self.config.max_poll_records).await
+    }
+
+    /// Waits for the next record and hands it over: records come in offset
+    /// order per partition, exactly as [`poll`](Self::poll) would hand them
+    /// over one at a time. Retriable errors (a broker restarting, a leader
+    /// moving) are retried without end; wrap the call in
+    /// `tokio::time::timeout` for a bound. A non-retriable error is
+    /// returned (the next call goes on after it, as with `poll`).
+    ///
+    /// Cancel safety: this method is cancel safe, as [`poll`](Self::poll):
+    /// a record is taken out of the consumer only in the step that returns
+    /// it, so a dropped call loses and repeats nothing.
+    pub async fn recv(&mut self) -> Result<ConsumerRecord> {
+        loop {
+            let mut records = self.poll_until(None, 1).await?;
+            if let Some(r) = records.pop() {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// A [`Stream`](futures_core::Stream) of single records (as
+    /// [`recv`](Self::recv) hands them over), borrowing the consumer. It
+    /// never ends; an error is yielded as an item and the stream goes on
+    /// after it.
+    ///
+    /// Back-pressure: the stream fetches only while it is polled. While
+    /// the caller does not read, the consumer holds at most what the
+    /// fetches already sent bring (see
+    /// [`buffered_bytes`](Self::buffered_bytes)); nothing more is fetched.
+    ///
+    /// Cancel safety: dropping the stream, or a `next()` on it, at any
+    /// point loses and repeats nothing; the consumer (usable again once
+    /// the stream is dropped) hands over the next record exactly where the
+    /// stream stopped.
+    pub fn stream(&mut self) -> RecordStream<'_> {
+        RecordStream {
+            buffered: self.buffered.clone(),
+            state: StreamState::Idle(self),
+        }
+    }
+
+    /// A [`Stream`](futures_core::Stream) of batches: each item is what one
+    /// [`poll`](Self::poll) hands over (never empty; at most
+    /// [`ConsumerConfig::max_poll_records`] records and
+    /// [`ConsumerConfig::max_poll_bytes`] bytes). It never ends; an error
+    /// is yielded as an item and the stream goes on after it.
+    /// Back-pressure and cancel safety as for [`stream`](Self::stream).
+    pub fn batches(&mut self) -> BatchStream<'_> {
+        BatchStream {
+            buffered: self.buffered.clone(),
+            state: StreamState::Idle(self),
+        }
+    }
+
+    /// Takes in the fetch answers and connects that have finished, without
+    /// waiting; whether there were any.
+    fn take_finished(&mut self) -> bool {
+        let mut any = false;
+        while let Some(joined) = self.in_flight.try_join_next() {
+            self.handle_answer(joined);
+            any = true;
+        }
+        while let Some(joined) = self.connecting.try_join_next() {
+            self.handle_connected(joined);
+            any = true;
+        }
+        any
+    }
+
+    /// [`poll`](Self::poll) with a deadline (`None`: none) and a record
+    /// bound.
+    async fn poll_until(&mut self, deadline: Option<Instant>, max_records: usize) -> Result<Vec<ConsumerRecord>> {
         self.config.validate()?;
-        let deadline = Instant::now() + timeout;
         let mut backoff = self.cluster.backoff();
+        // A call whose deadline has passed takes in what has arrived once,
+        // and returns.
+        let mut looked = false;
         loop {
             // No await between taking records and returning them.
-            match self
-                .fetcher
-                .take_records(self.config.max_poll_records, self.config.max_poll_bytes)
-            {
+            let partitions_before = self.fetcher.buffered_partitions();
+            let taken = self.fetcher.take_records(max_records, self.config.max_poll_bytes);
+            match taken {
                 Ok(records) if !records.is_empty() => {
                     self.note_poll(&records);
-                    self.send_fetches(self.config.max_wait);
+                    // A partition drained: fetch it again while the caller
+                    // works (for single records, only then: the rest is
+                    // already fetched or in flight).
+                    if max_records > 1 || self.fetcher.buffered_partitions() < partitions_before {
+                        self.send_fetches(self.config.max_wait);
+                    }
+                    self.note_buffered();
                     return Ok(records);
                 }
                 Ok(_) => {}
-                Err(e) => return Err(fetch_error(e, None)),
+                Err(e) => {
+                    self.note_buffered();
+                    return Err(fetch_error(e, None));
+                }
             }
             if let Some(e) = self.pending_error.take() {
                 return Err(e);
@@ -739,20 +906,41 @@ impl Consumer {
             // Everything below may be dropped at any await without loss.
             if let Err(e) = self.prepare().await {
                 let now = Instant::now();
-                if !e.is_retriable() || now >= deadline {
+                if !e.is_retriable() || deadline.is_some_and(|d| now >= d) {
                     return Err(e);
                 }
                 tracing::debug!(error = %e, "preparing the fetch failed; retrying");
-                tokio::time::sleep(backoff.next_delay().min(deadline - now)).await;
+                let delay = backoff.next_delay();
+                let delay = deadline.map_or(delay, |d| delay.min(d - now));
+                tokio::time::sleep(delay).await;
                 continue;
             }
-            // Within the call, the broker's wait ends by our deadline.
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            self.send_fetches(self.config.max_wait.min(remaining));
+            // Within the call, the broker's wait ends by our deadline; a
+            // call that does not wait (any more) lets it wait as configured,
+            // the answer serving the next call.
+            let remaining = deadline.map_or(self.config.max_wait, |d| d.saturating_duration_since(Instant::now()));
+            let wait = if remaining.is_zero() {
+                self.config.max_wait
+            } else {
+                self.config.max_wait.min(remaining)
+            };
+            self.send_fetches(wait);
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
+                if !looked {
+                    looked = true;
+                    if self.take_finished() {
+                        continue;
+                    }
+                }
+                // Nothing yet: let the fetch and connect tasks run (a
+                // caller looping on zero polls on a one-thread runtime
+                // would otherwise never let them).
+                tokio::task::yield_now().await;
                 return Ok(Vec::new());
             }
+            let far = now + Duration::from_secs(3600);
+            let deadline = deadline.unwrap_or(far);
             let mut wake = self.next_wake(now).map_or(deadline, |w| w.min(deadline));
             if !self.refresh.is_empty() {
                 // Stale metadata (a leader unreachable): look again soon.
@@ -1058,10 +1246,13 @@ impl Consumer {
                 "fetch"
             );
             let asked = Duration::from_millis(max_wait.max(0) as u64);
+            let gauge = self.buffered.clone();
             self.in_flight.spawn(async move {
                 let sent = Instant::now();
                 let result = conn.request_at(version, &request).await;
-                (broker, conn.broker().clone(), sent, asked, result)
+                let bytes = result.as_ref().map_or(0, answer_bytes);
+                gauge.0.arrived.fetch_add(bytes, Ordering::Relaxed);
+                (broker, conn.broker().clone(), sent, asked, result, bytes)
             });
         }
     }
@@ -1086,7 +1277,7 @@ impl Consumer {
     /// Feeds one fetch's answer to the state machine and applies what it
     /// asks for.
     fn handle_answer(&mut self, joined: std::result::Result<FetchAnswer, tokio::task::JoinError>) {
-        let (broker, broker_ref, sent, asked, result) = match joined {
+        let (broker, broker_ref, sent, asked, result, bytes) = match joined {
             Ok(answer) => answer,
             Err(e) => {
                 // A fetch task cannot panic short of a bug; a cancelled one
@@ -1095,6 +1286,7 @@ impl Consumer {
                 return;
             }
         };
+        self.buffered.0.arrived.fetch_sub(bytes, Ordering::Relaxed);
         let now = Instant::now();
         self.tick();
         let counts = self.fetch_counts.entry(broker).or_default();
@@ -1134,6 +1326,7 @@ impl Consumer {
             }
         };
         let outcome: FetchOutcome = self.fetcher.handle_response(broker, response);
+        self.note_buffered();
         self.fetch_counts.entry(broker).or_default().partitions_with_records += outcome.buffered as u64;
         if outcome.ignored > 0 {
             tracing::debug!(broker, ignored = outcome.ignored, "fetch answer entries ignored");
@@ -1166,6 +1359,120 @@ impl Consumer {
             pace.backoff = std::sync::Mutex::new(fresh);
         }
         pace.not_before = (not_before > now).then_some(not_before);
+    }
+}
+
+/// A poll in progress, owning the consumer's borrow until it finishes.
+type PollFuture<'a, T> = Pin<Box<dyn Future<Output = (&'a mut Consumer, Result<T>)> + Send + 'a>>;
+
+/// Where a consumer stream is: holding the consumer between items, or
+/// polling it for the next one.
+enum StreamState<'a, T> {
+    Idle(&'a mut Consumer),
+    Polling(PollFuture<'a, T>),
+    /// Only while switching (never seen outside `poll_next`).
+    Gone,
+}
+
+impl<T> StreamState<'_, T> {
+    fn poll_item(
+        &mut self,
+        cx: &mut Context<'_>,
+        start: impl for<'c> FnOnce(&'c mut Consumer) -> PollFuture<'c, T>,
+    ) -> Poll<Option<Result<T>>> {
+        let mut future = match std::mem::replace(self, StreamState::Gone) {
+            StreamState::Idle(consumer) => start(consumer),
+            StreamState::Polling(future) => future,
+            StreamState::Gone => return Poll::Ready(None),
+        };
+        match future.as_mut().poll(cx) {
+            Poll::Ready((consumer, item)) => {
+                *self = StreamState::Idle(consumer);
+                Poll::Ready(Some(item))
+            }
+            Poll::Pending => {
+                *self = StreamState::Polling(future);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The records of a [`Consumer`], one at a time: see
+/// [`Consumer::stream`]. Never ends.
+pub struct RecordStream<'a> {
+    buffered: BufferedBytes,
+    state: StreamState<'a, ConsumerRecord>,
+}
+
+impl RecordStream<'_> {
+    /// The consumer's [`buffered_bytes`](Consumer::buffered_bytes), read
+    /// while the stream holds it.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered.get()
+    }
+}
+
+impl std::fmt::Debug for RecordStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordStream")
+            .field("buffered_bytes", &self.buffered.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl futures_core::Stream for RecordStream<'_> {
+    type Item = Result<ConsumerRecord>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().state.poll_item(cx, |consumer| {
+            Box::pin(async move {
+                let item = consumer.recv().await;
+                (consumer, item)
+            })
+        })
+    }
+}
+
+/// The records of a [`Consumer`], a poll's worth at a time: see
+/// [`Consumer::batches`]. Never ends; never yields an empty batch.
+pub struct BatchStream<'a> {
+    buffered: BufferedBytes,
+    state: StreamState<'a, Vec<ConsumerRecord>>,
+}
+
+impl BatchStream<'_> {
+    /// The consumer's [`buffered_bytes`](Consumer::buffered_bytes), read
+    /// while the stream holds it.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered.get()
+    }
+}
+
+impl std::fmt::Debug for BatchStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchStream")
+            .field("buffered_bytes", &self.buffered.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl futures_core::Stream for BatchStream<'_> {
+    type Item = Result<Vec<ConsumerRecord>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().state.poll_item(cx, |consumer| {
+            Box::pin(async move {
+                let max = consumer.config.max_poll_records;
+                let item = loop {
+                    match consumer.poll_until(None, max).await {
+                        Ok(records) if records.is_empty() => continue,
+                        other => break other,
+                    }
+                };
+                (consumer, item)
+            })
+        })
     }
 }
 

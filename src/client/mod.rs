@@ -71,8 +71,8 @@ pub use backoff::{Backoff, JitterSource};
 pub use clink_kafka_wire::group::Assignor;
 pub use cluster::{BrokerInfo, Cluster, Metadata, PartitionMetadata, TopicMetadata};
 pub use consumer::{
-    Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, FetchSessionState, IsolationLevel, LogTruncation, Offset,
-    OffsetAndTimestamp, Watermarks,
+    BatchStream, BufferedBytes, Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, FetchSessionState,
+    IsolationLevel, LogTruncation, Offset, OffsetAndTimestamp, RecordStream, Watermarks,
 };
 pub use group::{CommittedOffset, GroupOffsets};
 pub use group_admin::{

@@ -255,6 +255,94 @@ pub enum Setting {
     TransactionMaxBlock,
 }
 
+/// Which configuration a [`Setting`] belongs to: where
+/// [`ClientProperties::parse`] routes a property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Target {
+    /// [`ClientProperties::client`]: brokers, security, timeouts.
+    Client,
+    /// [`ClientProperties::consumer`].
+    Consumer,
+    /// [`ClientProperties::producer`].
+    Producer,
+    /// [`ClientProperties::transaction`] (`transactional.id` and what
+    /// needs it).
+    Transaction,
+    /// [`ClientProperties::group_id`] (`group.id`: group offsets, group
+    /// consumers).
+    Group,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Target::Client => "client",
+            Target::Consumer => "consumer",
+            Target::Producer => "producer",
+            Target::Transaction => "transaction",
+            Target::Group => "consumer group",
+        })
+    }
+}
+
+impl Setting {
+    /// The configuration this setting is part of.
+    pub fn target(self) -> Target {
+        use Setting as S;
+        match self {
+            S::Bootstrap
+            | S::ClientId
+            | S::ConnectTimeout
+            | S::SocketTimeout
+            | S::MaxResponseSize
+            | S::ConnectionsMaxIdle
+            | S::RetryBackoff
+            | S::RetryBackoffMax
+            | S::MetadataMaxWait
+            | S::Debug
+            | S::SecurityProtocol
+            | S::SaslMechanism
+            | S::SaslUsername
+            | S::SaslPassword
+            | S::SslCaLocation
+            | S::SslCertificateLocation
+            | S::SslKeyLocation
+            | S::SslKeyPassword
+            | S::SslEndpointIdentification
+            | S::SslCertificateVerification => Target::Client,
+            S::AutoOffsetReset
+            | S::FetchMaxWait
+            | S::FetchMinBytes
+            | S::FetchMaxBytes
+            | S::PartitionMaxBytes
+            | S::CheckCrcs
+            | S::Isolation
+            | S::ClientRack
+            | S::MaxPollRecords
+            | S::MaxPollBytes
+            | S::MaxBatchInflate
+            | S::FetchSessions
+            | S::FetchThrottleMax => Target::Consumer,
+            S::Acks
+            | S::Idempotence
+            | S::Compression
+            | S::Linger
+            | S::BatchSize
+            | S::BufferMemoryKbytes
+            | S::BufferMemoryBytes
+            | S::MaxRecordSize
+            | S::AckTimeout
+            | S::DeliveryTimeout
+            | S::MaxInFlight
+            | S::AllowAutoCreateTopics
+            | S::Retries => Target::Producer,
+            S::TransactionalId | S::TransactionTimeout | S::TransactionMaxBlock => Target::Transaction,
+            S::GroupId => Target::Group,
+        }
+    }
+}
+
 /// What the native client does with a property (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -598,6 +686,9 @@ pub struct ClientProperties {
     pub group_id: Option<String>,
     /// The properties accepted without effect (each warned once).
     pub ignored: Vec<&'static str>,
+    /// Each property that set something, with the configuration it went
+    /// to, in the order given.
+    pub applied: Vec<(&'static str, Target)>,
 }
 
 /// Security settings gathered before the SASL and TLS configs are built.
@@ -707,6 +798,7 @@ impl ClientProperties {
     {
         let mut settings: BTreeMap<Setting, (&'static str, String)> = BTreeMap::new();
         let mut ignored = Vec::new();
+        let mut applied = Vec::new();
         for item in properties {
             let (given, value) = item.pair();
             let given = given.trim();
@@ -725,6 +817,9 @@ impl ClientProperties {
                         }
                     }
                     settings.insert(setting, (name, value.to_owned()));
+                    if !applied.iter().any(|(n, _)| *n == name) {
+                        applied.push((name, setting.target()));
+                    }
                 }
                 Treatment::Ignored(_) => ignored.push(name),
                 Treatment::Fixed { value: fixed, reason } => {
@@ -756,6 +851,7 @@ impl ClientProperties {
             transaction: None,
             group_id: None,
             ignored,
+            applied,
         };
         let mut security = SecurityParts::default();
         // Transactional settings wait for the id.
@@ -1006,6 +1102,41 @@ impl ClientProperties {
     }
 }
 
+impl ClientProperties {
+    /// The properties given whose setting is in none of `kept` (nor the
+    /// client's, which every role uses): what a caller that keeps only
+    /// those configurations would drop, each with the configuration that
+    /// uses it.
+    pub fn outside(&self, kept: &[Target]) -> Vec<(&'static str, Target)> {
+        self.applied
+            .iter()
+            .filter(|(_, t)| *t != Target::Client && !kept.contains(t))
+            .copied()
+            .collect()
+    }
+
+    /// Refuses what a shortcut returning only `kept` would drop.
+    fn refuse_outside(&self, shortcut: &str, kept: &[Target]) -> Result<()> {
+        let dropped = self.outside(kept);
+        let Some((name, target)) = dropped.first() else {
+            return Ok(());
+        };
+        let also: Vec<String> = dropped[1..].iter().map(|(n, t)| format!("{n} ({t})")).collect();
+        let also = if also.is_empty() {
+            String::new()
+        } else {
+            format!("; also {}", also.join(", "))
+        };
+        Err(Error::Property {
+            property: (*name).to_owned(),
+            message: format!(
+                "a {target} setting, which {shortcut} does not return (it would be dropped); \
+                 ClientProperties::parse routes every property to the configuration that uses it{also}"
+            ),
+        })
+    }
+}
+
 /// The one warning line for a property accepted without effect.
 pub fn warn_ignored(name: &str) {
     let why = match treatment(name) {
@@ -1036,6 +1167,7 @@ pub(crate) fn apply_setting(
         transaction: None,
         group_id: None,
         ignored: Vec::new(),
+        applied: Vec::new(),
     };
     let mut security = SecurityParts::default();
     let r = p.apply(setting, Value { name, value }, &mut security);
@@ -1054,9 +1186,11 @@ fn needs_transactional_id(name: &'static str) -> Error {
 
 impl ClientConfig {
     /// The client configuration named by librdkafka or Java properties
-    /// (see [`ClientProperties::parse`]; consumer and producer properties
-    /// are checked too, and kept by [`ConsumerConfig::from_properties`] and
-    /// [`ProducerConfig::from_properties`]).
+    /// (see [`ClientProperties::parse`]). A consumer, producer,
+    /// transaction or group property is refused, naming it and the role
+    /// that uses it, rather than dropped: those are kept by
+    /// [`ConsumerConfig::from_properties`],
+    /// [`ProducerConfig::from_properties`] and [`ClientProperties::parse`].
     ///
     /// ```
     /// use clink_kafka::client::ClientConfig;
@@ -1070,7 +1204,9 @@ impl ClientConfig {
         I: IntoIterator,
         I::Item: PropertyPair,
     {
-        Ok(ClientProperties::parse(properties)?.client)
+        let p = ClientProperties::parse(properties)?;
+        p.refuse_outside("ClientConfig::from_properties", &[])?;
+        Ok(p.client)
     }
 
     /// [`ClientConfig::from_properties`] over a map.
@@ -1081,27 +1217,53 @@ impl ClientConfig {
 
 impl ConsumerConfig {
     /// The client and consumer configurations named by librdkafka or Java
-    /// properties (see [`ClientProperties::parse`]).
+    /// properties (see [`ClientProperties::parse`]). A property that sets
+    /// another role's configuration (a producer's `linger.ms`,
+    /// `transactional.id`, `group.id`, …) is refused, naming it and the
+    /// role that uses it, rather than dropped: use
+    /// [`ClientProperties::parse`] for a list that serves several roles.
+    ///
+    /// ```
+    /// use clink_kafka::client::ConsumerConfig;
+    /// let (_, c) = ConsumerConfig::from_properties([("bootstrap.servers", "h:1"), ("max.poll.records", "7")]).unwrap();
+    /// assert_eq!(c.max_poll_records, 7);
+    /// let e = ConsumerConfig::from_properties([("bootstrap.servers", "h:1"), ("group.id", "g")]).unwrap_err();
+    /// assert!(e.to_string().contains("group.id"), "{e}");
+    /// ```
     pub fn from_properties<I>(properties: I) -> Result<(ClientConfig, ConsumerConfig)>
     where
         I: IntoIterator,
         I::Item: PropertyPair,
     {
         let p = ClientProperties::parse(properties)?;
+        p.refuse_outside("ConsumerConfig::from_properties", &[Target::Consumer])?;
         Ok((p.client, p.consumer))
     }
 }
 
 impl ProducerConfig {
     /// The client and producer configurations named by librdkafka or Java
-    /// properties (see [`ClientProperties::parse`]; `transactional.id`
-    /// is in [`ClientProperties::transaction`]).
+    /// properties (see [`ClientProperties::parse`]). A property that sets
+    /// another role's configuration (a consumer's `fetch.min.bytes`,
+    /// `group.id`, `transactional.id` and `transaction.timeout.ms`, which
+    /// go to [`ClientProperties::transaction`], …) is refused, naming it
+    /// and the role that uses it, rather than dropped: use
+    /// [`ClientProperties::parse`] for those.
+    ///
+    /// ```
+    /// use clink_kafka::client::ProducerConfig;
+    /// let (_, p) = ProducerConfig::from_properties([("bootstrap.servers", "h:1"), ("linger.ms", "7")]).unwrap();
+    /// assert_eq!(p.linger.as_millis(), 7);
+    /// let e = ProducerConfig::from_properties([("bootstrap.servers", "h:1"), ("transactional.id", "t")]).unwrap_err();
+    /// assert!(e.to_string().contains("transactional.id"), "{e}");
+    /// ```
     pub fn from_properties<I>(properties: I) -> Result<(ClientConfig, ProducerConfig)>
     where
         I: IntoIterator,
         I::Item: PropertyPair,
     {
         let p = ClientProperties::parse(properties)?;
+        p.refuse_outside("ProducerConfig::from_properties", &[Target::Producer])?;
         Ok((p.client, p.producer))
     }
 }

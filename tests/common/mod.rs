@@ -3,8 +3,9 @@
 //! and small produce/consume loops with bounded waits.
 //!
 //! Without `CLINK_KAFKA_BROKERS` a test returns early with a note — unless
-//! `CI=true`, where a missing broker fails the run (conventions: CI never
-//! silently skips).
+//! `CI` is `true` or `1`, where a missing broker fails the run (conventions:
+//! CI never silently skips). [`broker_required`] is the one place that
+//! decides; `tests/ci_check.rs` fails when a test spells its own check.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -25,11 +26,32 @@ use clink_kafka::wire::secret::Secret;
 
 const NO_BROKER: &str = "CI=true but no broker: run scripts/kafka-local up and eval its env";
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+/// Whether this run must have its brokers and tools: `CI` set to `true` or
+/// `1` (as CI services set it). A test missing one then fails instead of
+/// returning early. The only place the check is spelt: every test asks
+/// this (or the helpers below, which do); `tests/ci_check.rs` enforces it.
+pub fn broker_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| {
+        let v = v.trim();
+        v == "1" || v.eq_ignore_ascii_case("true")
+    })
 }
 
-fn required_env(var: &str) -> Option<String> {
+fn in_ci() -> bool {
+    broker_required()
+}
+
+/// A prerequisite (`what`, with how to get it) is missing: under CI that
+/// fails the test (this panics); otherwise a note, and the caller returns
+/// early.
+pub fn skip_or_fail(what: &str) {
+    assert!(!broker_required(), "CI=true but {what} is missing");
+    eprintln!("note: {what} is missing; skipping this test");
+}
+
+/// The environment variable `var` (non-empty), or `None` with a note
+/// outside CI; under CI a missing one fails the test.
+pub fn required_env(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => Some(v),
         _ if in_ci() => panic!("{NO_BROKER} ({var} is not set)"),
@@ -351,4 +373,10 @@ impl TlsEnv {
             .with_cert_file(self.cert.clone())
             .with_key_file(self.key.clone())
     }
+}
+
+/// The next item of a stream (what `futures::StreamExt::next` does, without
+/// the dependency). Cancel safe when the stream is.
+pub async fn next<S: futures_core::Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *stream).poll_next(cx)).await
 }

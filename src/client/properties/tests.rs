@@ -290,9 +290,160 @@ fn the_shortcuts_take_slices_iterators_and_maps() {
         .collect();
     let (c, con) = ConsumerConfig::from_properties(&map).unwrap();
     assert_eq!((c.bootstrap, con.min_bytes), (vec!["h:1".to_owned()], 9));
-    assert_eq!(ClientConfig::from_property_map(&map).unwrap().client_id, "clink-kafka");
+    // The client shortcut refuses the consumer's fetch.min.bytes rather
+    // than drop it.
+    let e = ClientConfig::from_property_map(&map).unwrap_err().to_string();
+    assert!(e.contains("fetch.min.bytes") && e.contains("a consumer setting"), "{e}");
+    let client_only: HashMap<String, String> = [("bootstrap.servers".to_owned(), "h:1".to_owned())].into();
+    assert_eq!(
+        ClientConfig::from_property_map(&client_only).unwrap().client_id,
+        "clink-kafka"
+    );
     let (_, pro) = ProducerConfig::from_properties(&[("bootstrap.servers", "h:1"), ("acks", "all")]).unwrap();
     assert_eq!(pro.acks, Acks::All);
     let v = vec![("bootstrap.servers".to_owned(), "h:1".to_owned())];
     ClientConfig::from_properties(v).unwrap();
+}
+
+/// The configuration `target` names, as text (secrets as `***`).
+fn part(p: &ClientProperties, target: Target) -> String {
+    match target {
+        Target::Client => format!("{:?}", p.client),
+        Target::Consumer => format!("{:?}", p.consumer),
+        Target::Producer => format!("{:?}", p.producer),
+        Target::Transaction => format!("{:?}", p.transaction),
+        Target::Group => format!("{:?}", p.group_id),
+    }
+}
+
+/// Every applied property goes to the configuration its setting's target
+/// names (that one changes), is listed in `applied` with that target, and
+/// each shortcut either returns it (its own role or the client's) or
+/// refuses it naming the property and its role: none is dropped.
+#[test]
+fn every_property_is_routed_to_its_role_or_refused_by_the_shortcuts() {
+    let base = parse(&[]).unwrap();
+    let mut checked = 0;
+    for name in known_names() {
+        let Some(Treatment::Applied(setting)) = treatment(name) else {
+            continue;
+        };
+        let target = setting.target();
+        let pairs = sample(setting, name);
+        let all: Vec<(&str, &str)> = if setting == Setting::Bootstrap {
+            pairs.clone()
+        } else {
+            std::iter::once(BOOT).chain(pairs.iter().copied()).collect()
+        };
+        let p = ClientProperties::parse(all.iter().copied()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(p.applied.contains(&(name, target)), "{name}: applied {:?}", p.applied);
+        // It lands where its target says (Retries is accepted and warned
+        // about; Bootstrap has no default to differ from).
+        if !matches!(setting, Setting::Retries | Setting::Bootstrap) {
+            let without: Vec<_> = pairs.iter().copied().filter(|(k, _)| *k != name).collect();
+            let reference = if without.len() == pairs.len() || without.is_empty() {
+                Some(base.clone())
+            } else {
+                parse(&without).ok()
+            };
+            if let Some(reference) = reference {
+                assert_ne!(
+                    part(&p, target),
+                    part(&reference, target),
+                    "{name} did not reach the {target}"
+                );
+            }
+        }
+        // The targets of everything the sample sets (it may need company).
+        let targets: Vec<(&str, Target)> = p.applied.clone();
+        for (shortcut, kept) in [
+            ("ClientConfig", vec![]),
+            ("ConsumerConfig", vec![Target::Consumer]),
+            ("ProducerConfig", vec![Target::Producer]),
+        ] {
+            let result = match shortcut {
+                "ClientConfig" => ClientConfig::from_properties(all.iter().copied()).map(|_| ()),
+                "ConsumerConfig" => ConsumerConfig::from_properties(all.iter().copied()).map(|_| ()),
+                _ => ProducerConfig::from_properties(all.iter().copied()).map(|_| ()),
+            };
+            let outside: Vec<_> = targets
+                .iter()
+                .filter(|(_, t)| *t != Target::Client && !kept.contains(t))
+                .collect();
+            assert_eq!(p.outside(&kept).len(), outside.len(), "{name}: {shortcut}");
+            match (outside.first(), result) {
+                (None, Ok(())) => {}
+                (None, Err(e)) => panic!("{shortcut}::from_properties refused {name}: {e}"),
+                (Some((first, role)), Ok(())) => panic!("{shortcut}::from_properties dropped {first} ({role})"),
+                (Some((first, role)), Err(Error::Property { property, message })) => {
+                    assert_eq!(property, *first, "{shortcut}: {message}");
+                    assert!(
+                        message.contains(&format!("a {role} setting")) && message.contains("ClientProperties::parse"),
+                        "{shortcut} on {name}: {message}"
+                    );
+                }
+                (Some(_), Err(e)) => panic!("{shortcut} on {name}: not a property error: {e}"),
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 50, "only {checked} applied properties");
+}
+
+#[test]
+fn the_shortcuts_name_every_dropped_property_with_its_role() {
+    let e = ConsumerConfig::from_properties([
+        BOOT,
+        ("fetch.min.bytes", "5"),
+        ("group.id", "g"),
+        ("transactional.id", "t"),
+        ("transaction.timeout.ms", "60000"),
+        ("linger.ms", "5"),
+    ])
+    .unwrap_err()
+    .to_string();
+    for part in [
+        "\"group.id\"",
+        "consumer group setting",
+        "transactional.id (transaction)",
+        "transaction.timeout.ms (transaction)",
+        "linger.ms (producer)",
+    ] {
+        assert!(e.contains(part), "{part} missing from: {e}");
+    }
+    assert!(!e.contains("fetch.min.bytes"), "{e}");
+    let e = ProducerConfig::from_properties([BOOT, ("linger.ms", "5"), ("max.poll.records", "3")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"max.poll.records\"") && e.contains("a consumer setting"),
+        "{e}"
+    );
+    // ClientProperties::parse routes the lot.
+    let p = parse(&[
+        ("group.id", "g"),
+        ("transactional.id", "t"),
+        ("transaction.timeout.ms", "60000"),
+        ("linger.ms", "5"),
+        ("max.poll.records", "3"),
+    ])
+    .unwrap();
+    assert_eq!(p.group_id.as_deref(), Some("g"));
+    assert_eq!(
+        p.transaction.as_ref().map(|t| t.transaction_timeout),
+        Some(Duration::from_secs(60))
+    );
+    assert_eq!(
+        (p.producer.linger, p.consumer.max_poll_records),
+        (Duration::from_millis(5), 3)
+    );
+    assert_eq!(
+        p.outside(&[Target::Consumer]),
+        vec![
+            ("group.id", Target::Group),
+            ("transactional.id", Target::Transaction),
+            ("transaction.timeout.ms", Target::Transaction),
+            ("linger.ms", Target::Producer)
+        ]
+    );
 }

@@ -556,6 +556,21 @@ impl Fetcher {
         !self.ready.is_empty()
     }
 
+    /// How many partitions hold undelivered data.
+    pub fn buffered_partitions(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// The record bytes (as fetched, compressed) of the answers whose
+    /// records are not all handed over yet: what the fetcher holds.
+    pub fn buffered_bytes(&self) -> usize {
+        self.assigned
+            .iter()
+            .filter_map(|a| a.buffered.as_ref())
+            .map(|b| b.fetched_bytes)
+            .fold(0usize, usize::saturating_add)
+    }
+
     /// The session state for `broker`.
     pub fn session(&self, broker: i32) -> Option<&FetchSession> {
         self.sessions.get(&broker)
