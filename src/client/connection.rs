@@ -27,8 +27,8 @@
 //! new connection.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use super::metrics::RequestMetrics;
 use super::tls::TlsConnector;
-use super::ClientConfig;
+use super::{ClientConfig, SaslConfig};
 use crate::error::{BrokerRef, Error, Result};
 
 /// The ApiVersions version we try first (flexible, with client software name).
@@ -81,6 +81,31 @@ struct Shared {
     /// When a request was last queued or a response last arrived (for the
     /// idle close).
     last_activity: Arc<Mutex<Instant>>,
+    /// Frames of the SASL re-authentication and the resume signal: the
+    /// writer takes these even while it holds back `commands`.
+    control: mpsc::UnboundedSender<Control>,
+    /// Completed re-authentications (KIP-368) on this connection.
+    reauthentications: Arc<AtomicU64>,
+}
+
+/// What the re-authentication sends the writer, ahead of `commands`.
+enum Control {
+    /// A SaslHandshake / SaslAuthenticate frame of the re-authentication.
+    Frame(Command),
+    /// Authentication done: write the held request and take `commands`
+    /// again; re-authenticate before the first request at or after this
+    /// instant (`None`: the session does not expire).
+    Resume(Option<Instant>),
+}
+
+/// Whether a request goes through the ordinary queue or (during a
+/// re-authentication) through the control queue ahead of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The ordinary request queue.
+    Normal,
+    /// The control queue, while the ordinary one is held back.
+    Control,
 }
 
 /// A frame for the driver to write; `reply` is `None` when the broker sends
@@ -194,7 +219,8 @@ impl BrokerConnection {
             };
             let _ = conn.shared.versions.set(versions);
             if let Some(sasl) = &config.sasl {
-                super::sasl::authenticate(&conn, sasl).await?;
+                let lifetime = super::sasl::authenticate(&conn, sasl, Route::Normal).await?;
+                conn.schedule_reauthentication(lifetime)?;
             }
             Ok::<_, Error>(())
         };
@@ -230,36 +256,46 @@ impl BrokerConnection {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
         let fatal = Arc::new(OnceLock::new());
         let shutdown = Arc::new(Notify::new());
         let last_activity = Arc::new(Mutex::new(Instant::now()));
-        let driver = Driver {
+        let reauthentications = Arc::new(AtomicU64::new(0));
+        let shared = Arc::new(Shared {
             broker: broker.clone(),
-            decoder: FrameDecoder::new(config.max_frame_size),
-            in_flight: Mutex::new(HashMap::new()),
+            client_id: config.client_id.clone(),
+            request_timeout: config.request_timeout,
+            versions: OnceLock::new(),
+            next_correlation_id: AtomicI32::new(1),
+            commands: tx,
             fatal: fatal.clone(),
             shutdown: shutdown.clone(),
+            last_activity: last_activity.clone(),
+            control: control_tx,
+            reauthentications: reauthentications.clone(),
+        });
+        let driver = Driver {
+            broker,
+            decoder: FrameDecoder::new(config.max_frame_size),
+            in_flight: Mutex::new(HashMap::new()),
+            fatal,
+            shutdown,
             sasl: config.sasl.is_some(),
             tls,
             max_idle: config.connections_max_idle,
-            last_activity: last_activity.clone(),
+            last_activity,
             metrics: RequestMetrics::new(config),
             debug: config.debug,
+            reauth: Reauth {
+                sasl: config.sasl.clone(),
+                due: Notify::new(),
+                handle: Arc::downgrade(&shared),
+                count: reauthentications,
+                metric: super::metrics::reauth_counter(config),
+            },
         };
-        tokio::spawn(driver.run(rd, wr, rx));
-        BrokerConnection {
-            shared: Arc::new(Shared {
-                broker,
-                client_id: config.client_id.clone(),
-                request_timeout: config.request_timeout,
-                versions: OnceLock::new(),
-                next_correlation_id: AtomicI32::new(1),
-                commands: tx,
-                fatal,
-                shutdown,
-                last_activity,
-            }),
-        }
+        tokio::spawn(driver.run(rd, wr, rx, control_rx));
+        BrokerConnection { shared }
     }
 
     /// Which broker this connects to.
@@ -271,6 +307,18 @@ impl BrokerConnection {
     /// never recovers; open a new one.
     pub fn is_closed(&self) -> bool {
         self.shared.fatal.get().is_some()
+    }
+
+    /// How many times this connection has re-authenticated (KIP-368: a
+    /// broker with `connections.max.reauth.ms` gives each SASL session a
+    /// lifetime, and the connection authenticates again before it ends).
+    pub fn reauthentications(&self) -> u64 {
+        self.shared.reauthentications.load(Ordering::Relaxed)
+    }
+
+    /// Whether `self` and `other` are handles to the same connection.
+    pub fn same_connection(&self, other: &BrokerConnection) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// The sticky error that closed the connection, if any.
@@ -316,6 +364,47 @@ impl BrokerConnection {
         let (correlation_id, frame) = self.encode(version, body)?;
         let response = self.round_trip(R::NAME, version, correlation_id, frame).await?;
         frame::decode_response::<R>(response, version, correlation_id).map_err(|e| self.protocol_error(R::NAME, e))
+    }
+
+    /// [`BrokerConnection::request_at`] through `route`: the control queue
+    /// is how the re-authentication reaches the socket while ordinary
+    /// requests are held back.
+    pub(crate) async fn request_routed<R: ApiRequest>(
+        &self,
+        version: i16,
+        body: &R,
+        route: Route,
+    ) -> Result<R::Response> {
+        if route == Route::Normal {
+            return self.request_at(version, body).await;
+        }
+        let (correlation_id, frame) = self.encode(version, body)?;
+        let (tx, rx) = oneshot::channel();
+        let command = Command {
+            correlation_id,
+            api: R::NAME,
+            version,
+            frame,
+            reply: Some(tx),
+            written: None,
+        };
+        self.shared
+            .control
+            .send(Control::Frame(command))
+            .map_err(|_| self.closed_error())?;
+        let response = self.wait_response(R::NAME, version, correlation_id, rx).await?;
+        frame::decode_response::<R>(response, version, correlation_id).map_err(|e| self.protocol_error(R::NAME, e))
+    }
+
+    /// After an authentication that gave the session `lifetime`: tells the
+    /// writer when to re-authenticate (and, after a re-authentication, to
+    /// take ordinary requests again).
+    pub(crate) fn schedule_reauthentication(&self, lifetime: Option<Duration>) -> Result<()> {
+        let at = lifetime.map(|l| Instant::now() + reauth_delay(l, random_u32()));
+        self.shared
+            .control
+            .send(Control::Resume(at))
+            .map_err(|_| self.closed_error())
     }
 
     /// Queues `body` at `version` for a request the broker never answers
@@ -567,17 +656,56 @@ struct Driver {
     metrics: RequestMetrics,
     /// `ClientConfig::debug`: log each request and answer.
     debug: bool,
+    /// KIP-368 re-authentication.
+    reauth: Reauth,
+}
+
+/// The re-authentication side of the driver. The writer decides when (the
+/// first ordinary request at or after the deadline, like Java's client: an
+/// idle connection is not kept busy), holds that request and every later one
+/// back, and wakes `due`; the exchange then runs through the control queue
+/// on a handle upgraded from `handle`. Requests already written are answered
+/// first (the broker serves a connection's requests one at a time, in
+/// order), so nothing is lost, reordered or sent twice.
+struct Reauth {
+    sasl: Option<SaslConfig>,
+    due: Notify,
+    handle: Weak<Shared>,
+    count: Arc<AtomicU64>,
+    metric: metrics::Counter,
+}
+
+/// When to re-authenticate a session of `lifetime`: at a random 85–95 % of
+/// it (as Java's client does), `random` choosing the point.
+pub(crate) fn reauth_delay(lifetime: Duration, random: u32) -> Duration {
+    let fraction = 0.85 + 0.10 * (f64::from(random) / f64::from(u32::MAX));
+    lifetime.mul_f64(fraction)
+}
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // Without OS randomness, the middle of the range.
+    match getrandom::fill(&mut b) {
+        Ok(()) => u32::from_le_bytes(b),
+        Err(_) => u32::MAX / 2,
+    }
 }
 
 impl Driver {
-    async fn run<R, W>(self, rd: R, wr: W, mut commands: mpsc::UnboundedReceiver<Command>)
-    where
+    async fn run<R, W>(
+        self,
+        rd: R,
+        wr: W,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+    ) where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
         let result = tokio::select! {
             r = self.read_loop(rd) => r,
-            r = self.write_loop(wr, &mut commands) => r,
+            r = self.write_loop(wr, &mut commands, &mut control) => r,
+            r = self.reauth_loop() => r,
             r = self.idle_watch() => r,
             _ = self.shutdown.notified() => Ok(()),
         };
@@ -613,6 +741,37 @@ impl Driver {
             if let Some(reply) = c.reply.or(c.written) {
                 let _ = reply.send(Err(error.clone()));
             }
+        }
+        control.close();
+        while let Ok(c) = control.try_recv() {
+            if let Control::Frame(c) = c {
+                if let Some(reply) = c.reply.or(c.written) {
+                    let _ = reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    /// Runs each re-authentication the writer asks for; a failed one is the
+    /// connection's fatal error.
+    async fn reauth_loop(&self) -> Result<()> {
+        let Some(sasl) = &self.reauth.sasl else {
+            return std::future::pending().await;
+        };
+        loop {
+            self.reauth.due.notified().await;
+            let Some(shared) = self.reauth.handle.upgrade() else {
+                // Every handle is gone: nobody waits for the held request.
+                return Ok(());
+            };
+            let conn = BrokerConnection { shared };
+            let started = Instant::now();
+            let lifetime = super::sasl::authenticate(&conn, sasl, Route::Control).await?;
+            self.reauth.count.fetch_add(1, Ordering::Relaxed);
+            self.reauth.metric.increment(1);
+            tracing::debug!(broker = %self.broker, mechanism = sasl.mechanism.name(), took = ?started.elapsed(),
+                ?lifetime, "re-authenticated");
+            conn.schedule_reauthentication(lifetime)?;
         }
     }
 
@@ -705,12 +864,46 @@ impl Driver {
         &self,
         mut wr: W,
         commands: &mut mpsc::UnboundedReceiver<Command>,
+        control: &mut mpsc::UnboundedReceiver<Control>,
     ) -> Result<()> {
         let mut batch = Vec::with_capacity(WRITE_BATCH);
         let mut pending_written = Vec::new();
-        while let Some(first) = commands.recv().await {
+        // Re-authentication state: when it is due, whether ordinary
+        // requests are held back, and the request that found it due.
+        let mut reauth_at: Option<Instant> = None;
+        let mut paused = false;
+        let mut held: Option<Command> = None;
+        loop {
+            let first = tokio::select! {
+                biased;
+                c = control.recv() => match c {
+                    None => break,
+                    Some(Control::Frame(c)) => c,
+                    Some(Control::Resume(at)) => {
+                        paused = false;
+                        reauth_at = at;
+                        match held.take() {
+                            Some(c) => c,
+                            None => continue,
+                        }
+                    }
+                },
+                c = commands.recv(), if !paused => match c {
+                    None => break,
+                    Some(c) => {
+                        if reauth_at.is_some_and(|at| Instant::now() >= at) {
+                            reauth_at = None;
+                            paused = true;
+                            held = Some(c);
+                            self.reauth.due.notify_one();
+                            continue;
+                        }
+                        c
+                    }
+                },
+            };
             batch.push(first);
-            while batch.len() < WRITE_BATCH {
+            while !paused && batch.len() < WRITE_BATCH {
                 match commands.try_recv() {
                     Ok(c) => batch.push(c),
                     Err(_) => break,
@@ -1090,6 +1283,154 @@ mod tests {
         }
         assert!(matches!(conn.fatal_error(), Some(Error::ConnectionClosed { .. })));
         peer.await.unwrap();
+    }
+
+    /// A SASL PLAIN peer whose sessions last `lifetime_ms`: it answers
+    /// ApiVersions, the handshake and SaslAuthenticate v1, then Metadata v0
+    /// requests (v4), checking what KIP-368 asks of a client: after a
+    /// SaslHandshake comes SaslAuthenticate and nothing else, no ordinary
+    /// request arrives after the session has ended, and (one client task
+    /// queueing in order) correlation ids only grow. Returns the number of
+    /// re-authentications and of Metadata requests answered.
+    fn reauth_peer(listener: TcpListener, lifetime_ms: i64) -> tokio::task::JoinHandle<(u32, u32)> {
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (key, _, corr) = read_request(&mut s).await;
+            assert_eq!(key, 18);
+            write_frame(
+                &mut s,
+                corr,
+                &api_versions_v3(&[(18, 0, 3), (17, 1, 1), (36, 1, 1), (3, 4, 4)]),
+            )
+            .await;
+            let lifetime = Duration::from_millis(lifetime_ms as u64);
+            let slack = Duration::from_millis(150);
+            let mut session_end = None;
+            let mut reauths = 0u32;
+            let mut answered = 0u32;
+            let mut last_metadata = 0i32;
+            let handshake = {
+                let mut b = BytesMut::new();
+                b.put_i16(0);
+                b.put_i32(1);
+                b.put_i16(5);
+                b.put_slice(b"PLAIN");
+                b.to_vec()
+            };
+            let authenticated = {
+                let mut b = BytesMut::new();
+                b.put_i16(0);
+                b.put_i16(-1); // no error message
+                b.put_i32(0); // no auth bytes
+                b.put_i64(lifetime_ms);
+                b.to_vec()
+            };
+            loop {
+                let len = match s.read_i32().await {
+                    Ok(len) => len as usize,
+                    Err(_) => return (reauths, answered),
+                };
+                let mut buf = vec![0u8; len];
+                s.read_exact(&mut buf).await.unwrap();
+                let key = i16::from_be_bytes([buf[0], buf[1]]);
+                let corr = i32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+                match key {
+                    17 => {
+                        write_frame(&mut s, corr, &handshake).await;
+                        let (key, _, corr) = read_request(&mut s).await;
+                        assert_eq!(key, 36, "SaslAuthenticate must follow SaslHandshake");
+                        if session_end.is_some() {
+                            reauths += 1;
+                        }
+                        session_end = Some(Instant::now() + lifetime);
+                        write_frame(&mut s, corr, &authenticated).await;
+                    }
+                    3 => {
+                        let end = session_end.expect("a request before authentication");
+                        assert!(Instant::now() < end + slack, "a request after the session ended");
+                        assert!(corr > last_metadata, "requests reordered: {corr} after {last_metadata}");
+                        last_metadata = corr;
+                        let mut body = BytesMut::new();
+                        body.put_i32(0); // throttle
+                        body.put_i32(0); // brokers
+                        body.put_i16(-1); // cluster id
+                        body.put_i32(-1); // controller
+                        body.put_i32(0); // topics
+                        write_frame(&mut s, corr, &body).await;
+                        answered += 1;
+                    }
+                    other => panic!("unexpected API key {other}"),
+                }
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn reauthenticates_between_requests_without_losing_any() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = reauth_peer(listener, 400);
+        let cfg = config(5000).with_sasl(
+            clink_kafka_wire::sasl::SaslMechanism::Plain,
+            "alice",
+            clink_kafka_wire::secret::Secret::new("alice-secret"),
+        );
+        let conn = BrokerConnection::connect(&addr, None, &cfg).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut sent = 0u32;
+        while started.elapsed() < Duration::from_millis(2500) {
+            // A burst queued in order, then its answers.
+            let pending: Vec<_> = (0..20)
+                .map(|_| conn.start_request(4, &MetadataRequest::default()).unwrap())
+                .collect();
+            sent += pending.len() as u32;
+            for p in pending {
+                p.wait().await.expect("no request may fail across a re-authentication");
+            }
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        let reauths = conn.reauthentications();
+        drop(conn);
+        let (peer_reauths, answered) = peer.await.unwrap();
+        assert_eq!(answered, sent, "every request answered once");
+        assert_eq!(u64::from(peer_reauths), reauths);
+        assert!(reauths >= 4, "{reauths} re-authentications in 2.5 s of 400 ms sessions");
+    }
+
+    #[tokio::test]
+    async fn idle_connection_reauthenticates_on_its_next_request() {
+        // Java's rule: an idle connection is not kept busy; the first
+        // request after the deadline re-authenticates first.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = reauth_peer(listener, 600);
+        let cfg = config(5000).with_sasl(
+            clink_kafka_wire::sasl::SaslMechanism::Plain,
+            "alice",
+            clink_kafka_wire::secret::Secret::new("alice-secret"),
+        );
+        let conn = BrokerConnection::connect(&addr, None, &cfg).await.unwrap();
+        // Idle past the deadline but within the session (>= 95 % of 600 ms
+        // would be too tight on a busy machine: wait 580 ms, under the slack).
+        tokio::time::sleep(Duration::from_millis(580)).await;
+        assert_eq!(conn.reauthentications(), 0, "no re-authentication while idle");
+        conn.request_at(4, &MetadataRequest::default()).await.unwrap();
+        assert_eq!(conn.reauthentications(), 1);
+        drop(conn);
+        let (reauths, answered) = peer.await.unwrap();
+        assert_eq!((reauths, answered), (1, 1));
+    }
+
+    #[test]
+    fn reauth_delay_is_85_to_95_percent_of_the_lifetime() {
+        let l = Duration::from_secs(10);
+        assert_eq!(reauth_delay(l, 0), Duration::from_millis(8500));
+        assert_eq!(reauth_delay(l, u32::MAX), Duration::from_millis(9500));
+        let mid = reauth_delay(l, u32::MAX / 2);
+        assert!(
+            mid > Duration::from_millis(8990) && mid < Duration::from_millis(9010),
+            "{mid:?}"
+        );
     }
 
     #[test]

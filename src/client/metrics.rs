@@ -17,6 +17,11 @@ fn labels(config: &ClientConfig) -> [(&'static str, String); 1] {
     [("client_id", config.client_id.clone())]
 }
 
+/// Completed SASL re-authentications (KIP-368), per client.
+pub(crate) fn reauth_counter(config: &ClientConfig) -> Counter {
+    metrics::counter!(series(&config.metric_prefix, "sasl_reauthentications"), &labels(config))
+}
+
 /// Per connection: requests in flight, latency and wire bytes.
 #[derive(Clone)]
 pub(crate) struct RequestMetrics {

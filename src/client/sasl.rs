@@ -18,15 +18,19 @@ use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 use clink_kafka_wire::sasl::{nonce_from_random_bytes, plain_initial_response, SaslMechanism, ScramClient};
 use clink_kafka_wire::KafkaCode;
 
-use super::connection::BrokerConnection;
+use std::time::Duration;
+
+use super::connection::{BrokerConnection, Route};
 use super::SaslConfig;
 use crate::error::{Error, Result};
 
 /// Bytes of OS randomness in a SCRAM client nonce.
 const NONCE_BYTES: usize = 24;
 
-/// Runs the whole SASL exchange for `sasl.mechanism` on `conn`.
-pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig) -> Result<()> {
+/// Runs the whole SASL exchange for `sasl.mechanism` on `conn` through
+/// `route` (the control queue for a re-authentication) and returns the
+/// session lifetime the broker gave (KIP-368; `None` when it sets none).
+pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig, route: Route) -> Result<Option<Duration>> {
     let mechanism = sasl.mechanism;
     let fail = |message: String| Error::Authentication {
         broker: conn.broker().clone(),
@@ -35,7 +39,7 @@ pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig) -> 
     };
     let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
     let version = conn.version_for::<SaslHandshakeRequest>(None)?;
-    let response = conn.request_at(version, &handshake).await?;
+    let response = conn.request_routed(version, &handshake, route).await?;
     match KafkaCode(response.error_code) {
         KafkaCode::NONE => {}
         KafkaCode::UNSUPPORTED_SASL_MECHANISM => {
@@ -50,7 +54,7 @@ pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig) -> 
     let version = conn.version_for::<SaslAuthenticateRequest>(None)?;
     let step = |token: Vec<u8>| async move {
         let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
-        let response = conn.request_at(version, &request).await?;
+        let response = conn.request_routed(version, &request, route).await?;
         if response.error_code != 0 {
             let code = KafkaCode(response.error_code);
             let message = match response.error_message {
@@ -59,12 +63,13 @@ pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig) -> 
             };
             return Err(fail(message));
         }
-        Ok(response.auth_bytes)
+        let lifetime = u64::try_from(response.session_lifetime_ms).ok().filter(|ms| *ms > 0);
+        Ok((response.auth_bytes, lifetime.map(Duration::from_millis)))
     };
-    match mechanism {
+    let lifetime = match mechanism {
         SaslMechanism::Plain => {
             let token = plain_initial_response("", &sasl.username, &sasl.password).map_err(|e| fail(e.to_string()))?;
-            step(token).await?;
+            step(token).await?.1
         }
         m if m.is_scram() => {
             let mut random = [0u8; NONCE_BYTES];
@@ -72,17 +77,19 @@ pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig) -> 
             let mut client = ScramClient::new(m, &sasl.username, &sasl.password, nonce_from_random_bytes(&random))
                 .map_err(|e| fail(e.to_string()))?;
             let first = client.client_first().map_err(|e| fail(e.to_string()))?;
-            let server_first = step(first).await?;
+            let (server_first, _) = step(first).await?;
             let last = client
                 .handle_server_first(&server_first)
                 .map_err(|e| fail(e.to_string()))?;
-            let server_final = step(last).await?;
+            let (server_final, lifetime) = step(last).await?;
             client
                 .handle_server_final(&server_final)
                 .map_err(|e| fail(e.to_string()))?;
+            lifetime
         }
         other => return Err(fail(format!("mechanism {other} is not implemented by this client"))),
-    }
-    tracing::debug!(broker = %conn.broker(), mechanism = mechanism.name(), user = %sasl.username, "authenticated");
-    Ok(())
+    };
+    tracing::debug!(broker = %conn.broker(), mechanism = mechanism.name(), user = %sasl.username,
+        ?lifetime, "authenticated");
+    Ok(lifetime)
 }

@@ -1,0 +1,162 @@
+//! KIP-368 re-authentication against the sasl broker's REAUTH listener
+//! (`scripts/kafka-local up --sasl`: `connections.max.reauth.ms=10000`).
+//!
+//! For SCRAM-SHA-512 and PLAIN, concurrently (so the binary takes about one
+//! run's time): a producer and a consumer share one cluster handle for
+//! `CLINK_KAFKA_REAUTH_TEST_SECS` (default 60) seconds. The broker connection
+//! that carries Produce and Fetch must stay the same connection all along,
+//! re-authenticate at least 4 times (a 10 s session, renewed at 85-95 % of
+//! it), answer every request (no send fails) and every record must be read
+//! back exactly once, in order.
+//!
+//! Native client only: the test reads the connection's re-authentication
+//! count, which the connector's backend traits do not expose (librdkafka
+//! re-authenticates by itself since 2.2).
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clink_kafka::client::{
+    ClientConfig, Consumer, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+};
+use clink_kafka::wire::sasl::SaslMechanism;
+use clink_kafka::wire::secret::Secret;
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The REAUTH listener and the main broker's SASL credentials, or `None`
+/// (outside CI) when the sasl broker does not run.
+fn reauth_env() -> Option<(String, String, String)> {
+    let get = |var: &str| match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if in_ci() => panic!("CI=true but {var} is not set: run scripts/kafka-local up --sasl and eval its env"),
+        _ => {
+            eprintln!("note: {var} is not set; skipping (run scripts/kafka-local up --sasl and eval its env)");
+            None
+        }
+    };
+    Some((
+        get("CLINK_KAFKA_REAUTH_BOOTSTRAP")?,
+        get("CLINK_KAFKA_SASL_USERNAME")?,
+        get("CLINK_KAFKA_SASL_PASSWORD")?,
+    ))
+}
+
+fn run_secs() -> u64 {
+    std::env::var("CLINK_KAFKA_REAUTH_TEST_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+async fn produce_consume_across_reauthentications(mechanism: SaslMechanism) {
+    let Some((bootstrap, user, password)) = reauth_env() else {
+        return;
+    };
+    let mut config = ClientConfig::new(&bootstrap).with_sasl(mechanism, user, Secret::new(password));
+    config.client_id = format!("clink-reauth-{}", mechanism.name().to_ascii_lowercase());
+    config.request_timeout = Duration::from_secs(15);
+    let cluster = common::cluster(config).await;
+    let topic = common::unique_topic(&format!("reauth-{}", mechanism.name().to_ascii_lowercase()));
+    common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
+    let leader = cluster
+        .wait_for_topic(&topic, 1, Duration::from_secs(30))
+        .await
+        .expect("topic metadata")
+        .partitions[0]
+        .leader;
+    let data_conn = cluster.broker(leader).await.expect("leader connection");
+
+    let producer = Producer::new(cluster.clone(), ProducerConfig::default())
+        .await
+        .expect("producer");
+    let mut consumer = Consumer::new(cluster.clone(), ConsumerConfig::default());
+    consumer.assign(&[TopicPartition::new(&topic, 0)]);
+    consumer.seek(&topic, 0, Offset::Earliest).await.expect("seek");
+
+    let run = Duration::from_secs(run_secs());
+    let started = Instant::now();
+    // How many records the producer sent, once it is done.
+    let total = AtomicU64::new(u64::MAX);
+    let produce = async {
+        let mut sent = 0u64;
+        let mut acks = Vec::new();
+        while started.elapsed() < run {
+            for _ in 0..10 {
+                let record = ProducerRecord::new(&topic, format!("{mechanism}-{sent}"));
+                acks.push(producer.send(record).await.expect("send"));
+                sent += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        producer.flush(Duration::from_secs(30)).await.expect("flush");
+        for (i, ack) in acks.into_iter().enumerate() {
+            ack.await.unwrap_or_else(|e| panic!("record {i} failed: {e}"));
+        }
+        total.store(sent, Ordering::SeqCst);
+        sent
+    };
+    let consume = async {
+        let mut seen = Vec::new();
+        while (seen.len() as u64) < total.load(Ordering::SeqCst) {
+            assert!(
+                started.elapsed() < run + Duration::from_secs(60),
+                "only {} records read back 60 s after the run",
+                seen.len()
+            );
+            let batch = consumer.poll(Duration::from_millis(500)).await.expect("poll");
+            seen.extend(batch.into_iter().map(|r| r.record.value.expect("a value")));
+        }
+        seen
+    };
+    let (sent, seen) = tokio::join!(produce, consume);
+    let extra = consumer.poll(Duration::from_millis(300)).await.expect("poll");
+    assert!(extra.is_empty(), "{} records beyond those sent", extra.len());
+    let elapsed = started.elapsed();
+
+    assert_eq!(seen.len() as u64, sent, "records read back");
+    let distinct: HashSet<_> = seen.iter().collect();
+    assert_eq!(distinct.len(), seen.len(), "a record was read twice");
+    for (i, v) in seen.iter().enumerate() {
+        assert_eq!(
+            v.as_ref(),
+            format!("{mechanism}-{i}").as_bytes(),
+            "record {i} out of order"
+        );
+    }
+    let now_conn = cluster.broker(leader).await.expect("leader connection");
+    assert!(
+        now_conn.same_connection(&data_conn),
+        "the Produce/Fetch connection was replaced: {:?}",
+        data_conn.fatal_error()
+    );
+    let reauths = data_conn.reauthentications();
+    let control = cluster
+        .any_broker()
+        .await
+        .expect("control connection")
+        .reauthentications();
+    eprintln!(
+        "{mechanism}: {sent} records in {elapsed:?}; the Produce/Fetch connection re-authenticated {reauths} times, \
+         the control connection {control} times"
+    );
+    assert!(
+        reauths >= 4,
+        "{mechanism}: only {reauths} re-authentications in {elapsed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_sha_512_reauthenticates_without_failed_requests() {
+    produce_consume_across_reauthentications(SaslMechanism::ScramSha512).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_reauthenticates_without_failed_requests() {
+    produce_consume_across_reauthentications(SaslMechanism::Plain).await;
+}
