@@ -463,7 +463,7 @@ async fn dropped_recvs_lose_and_repeat_nothing() {
                 .ok()
         };
         match r {
-            Some(r) => keep(&mut got, vec![r.unwrap()]),
+            Some(r) => keep_native(&mut got, vec![r.unwrap()]),
             None => dropped += 1,
         }
     }
@@ -498,7 +498,7 @@ async fn dropped_record_streams_lose_and_repeat_nothing() {
         };
         drop(stream);
         match r {
-            Some(r) => keep(&mut got, vec![r.expect("the stream never ends").unwrap()]),
+            Some(r) => keep_native(&mut got, vec![r.expect("the stream never ends").unwrap()]),
             None => dropped += 1,
         }
     }
@@ -508,7 +508,7 @@ async fn dropped_record_streams_lose_and_repeat_nothing() {
         assert!(Instant::now() < deadline, "only {} of {total} in 120 s", got.len());
         step = (step + 1) % 60;
         match tokio::time::timeout(Duration::from_micros(step * 50), common::next(&mut stream)).await {
-            Ok(r) => keep(&mut got, vec![r.expect("the stream never ends").unwrap()]),
+            Ok(r) => keep_native(&mut got, vec![r.expect("the stream never ends").unwrap()]),
             Err(_) => dropped += 1,
         }
     }
@@ -540,7 +540,7 @@ async fn dropped_batch_streams_lose_and_repeat_nothing() {
         };
         drop(stream);
         match r {
-            Some(r) => keep(&mut got, r.expect("the stream never ends").unwrap()),
+            Some(r) => keep_native(&mut got, r.expect("the stream never ends").unwrap()),
             None => dropped += 1,
         }
     }
@@ -550,7 +550,7 @@ async fn dropped_batch_streams_lose_and_repeat_nothing() {
         assert!(Instant::now() < deadline, "only {} of {total} in 120 s", got.len());
         step = (step + 1) % 60;
         match tokio::time::timeout(Duration::from_micros(step * 50), common::next(&mut stream)).await {
-            Ok(r) => keep(&mut got, r.expect("the stream never ends").unwrap()),
+            Ok(r) => keep_native(&mut got, r.expect("the stream never ends").unwrap()),
             Err(_) => dropped += 1,
         }
     }
