@@ -27,7 +27,7 @@ const RECORDS: usize = 5;
 const TOOL_DEADLINE: Duration = Duration::from_secs(120);
 
 fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+    common::broker_required()
 }
 
 /// `var`'s value; `None` with a note outside CI, a panic under CI.

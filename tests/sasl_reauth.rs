@@ -26,7 +26,7 @@ use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
 
 fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+    common::broker_required()
 }
 
 /// The REAUTH listener and the main broker's SASL credentials, or `None`
