@@ -141,6 +141,20 @@ impl Drop for Job {
     }
 }
 
+/// The generation of a process's latest `copy: assigned` line, and whether
+/// it holds partitions after it; `None` while a revocation or loss came
+/// after it (a rebalance under way).
+fn latest_assignment(stderr: &str) -> Option<(u64, bool)> {
+    let line = stderr.lines().rev().find(|l| {
+        l.starts_with("copy: assigned") || l.starts_with("copy: revoked") || l.starts_with("copy: lost")
+    })?;
+    if !line.starts_with("copy: assigned") {
+        return None;
+    }
+    let generation = line.split("(generation ").nth(1)?.split(';').next()?.trim().parse().ok()?;
+    Some((generation, !line.contains("now holding nothing")))
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -215,21 +229,29 @@ async fn a_stopped_zombie_is_fenced_and_publishes_nothing_twice() {
     for i in 0..PROCESSES {
         job.start(i);
     }
-    // Until the zombie holds partitions (its "assigned" line names some).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !job
-        .stderr(0)
-        .lines()
-        .any(|l| l.contains("copy: assigned") && !l.contains("now holding nothing"))
-    {
+    // Until the group is stable with the zombie holding partitions: every
+    // process's latest "assigned" line names the same generation, and the
+    // zombie's names some partitions. (Stopped in the middle of a
+    // rebalance, after committing on revoke, it would have no transaction
+    // open to abort.)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let latest: Vec<Option<(u64, bool)>> = (0..PROCESSES).map(|i| latest_assignment(&job.stderr(i))).collect();
+        let stable = latest.iter().all(|l| l.is_some())
+            && latest.iter().all(|l| l.map(|(g, _)| g) == latest[0].map(|(g, _)| g))
+            && latest[0].is_some_and(|(_, holds)| holds);
+        if stable {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "process 0 was never assigned a partition:\n{}",
+            "the group never settled with process 0 holding partitions ({latest:?}):\n{}",
             job.stderr(0)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A second of copying, so that a transaction is open when it stops.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let pid = job.pid(0).to_string();
     Command::new("kill").args(["-STOP", &pid]).status().unwrap();
     // Past the 6 s session timeout: the others take its partitions over.
