@@ -21,9 +21,11 @@ use common::proxy::{fault_seed, Rng};
 const BIN: &str = env!("CARGO_BIN_EXE_clink-kafka");
 const PROCESSES: usize = 3;
 
-/// One campaign at a time in this binary: each runs 3 processes and a
-/// feeder, and the machine has 2 cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// At most two campaigns at a time in this binary (each runs 3 processes
+/// and a feeder, and the machine has 2 cores); two overlap to keep CI
+/// short. Nothing in a campaign's verdict depends on timing: a slow member
+/// only rebalances more.
+static SERIAL: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 /// One `copy --group` job: its topics, group and processes.
 struct Job {
@@ -145,13 +147,21 @@ impl Drop for Job {
 /// it holds partitions after it; `None` while a revocation or loss came
 /// after it (a rebalance under way).
 fn latest_assignment(stderr: &str) -> Option<(u64, bool)> {
-    let line = stderr.lines().rev().find(|l| {
-        l.starts_with("copy: assigned") || l.starts_with("copy: revoked") || l.starts_with("copy: lost")
-    })?;
+    let line = stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("copy: assigned") || l.starts_with("copy: revoked") || l.starts_with("copy: lost"))?;
     if !line.starts_with("copy: assigned") {
         return None;
     }
-    let generation = line.split("(generation ").nth(1)?.split(';').next()?.trim().parse().ok()?;
+    let generation = line
+        .split("(generation ")
+        .nth(1)?
+        .split(';')
+        .next()?
+        .trim()
+        .parse()
+        .ok()?;
     Some((generation, !line.contains("now holding nothing")))
 }
 
@@ -194,7 +204,7 @@ async fn kill_and_restart(job: &mut Job, rng: &mut Rng, kills: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_copy_exactly_once_through_sigkills() {
     let Some(brokers) = common::brokers() else { return };
-    let _serial = SERIAL.lock().await;
+    let _serial = SERIAL.acquire().await.unwrap();
     const RECORDS: usize = 24_000;
     const KILLS: usize = 6;
     let seed = fault_seed() | 1;
@@ -222,7 +232,7 @@ async fn three_processes_copy_exactly_once_through_sigkills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_zombie_is_fenced_and_publishes_nothing_twice() {
     let Some(brokers) = common::brokers() else { return };
-    let _serial = SERIAL.lock().await;
+    let _serial = SERIAL.acquire().await.unwrap();
     const RECORDS: usize = 24_000;
     let mut job = Job::new(&brokers, common::config(&brokers), "copy-group-zombie", "exactly-once").await;
     let feeder = feed(&job, common::config(&brokers), RECORDS);
@@ -280,7 +290,7 @@ async fn a_stopped_zombie_is_fenced_and_publishes_nothing_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_loses_nothing_through_sigkills() {
     let Some(brokers) = common::brokers() else { return };
-    let _serial = SERIAL.lock().await;
+    let _serial = SERIAL.acquire().await.unwrap();
     const RECORDS: usize = 15_000;
     const KILLS: usize = 3;
     let seed = fault_seed() | 1;
@@ -333,7 +343,7 @@ fn cluster_kill_lock() -> std::fs::File {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_copy_exactly_once_on_the_cluster_with_a_broker_killed() {
     let Some(brokers) = kc::brokers() else { return };
-    let _serial = SERIAL.lock().await;
+    let _serial = SERIAL.acquire().await.unwrap();
     const RECORDS: usize = 24_000;
     const KILLS: usize = 4;
     let _lock = kc::ClusterLock::take();
