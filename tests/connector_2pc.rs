@@ -98,6 +98,8 @@ impl Fixture {
         let mut o = parse_two_phase_commit(&p, 0, 1).expect("options");
         o.resolve_unreachable_after = Duration::from_secs(2);
         o.sink.client.connect_timeout = Some(Duration::from_millis(500));
+    o.sink.client.bootstrap_timeout = Some(Duration::ZERO);
+        o.sink.client.bootstrap_timeout = Some(Duration::ZERO);
         selected::two_phase_commit_sink(o).expect("sink")
     }
 
@@ -553,6 +555,7 @@ async fn an_unreachable_broker_fails_open_and_is_never_a_verdict() {
     let mut o = parse_two_phase_commit(&params, 0, 1).unwrap();
     o.resolve_unreachable_after = Duration::from_secs(2);
     o.sink.client.connect_timeout = Some(Duration::from_millis(500));
+    o.sink.client.bootstrap_timeout = Some(Duration::ZERO);
     let mut sink = selected::two_phase_commit_sink(o).unwrap();
     let handle = clink_kafka::client::ResumeHandle {
         transactional_id: "tx-unreachable".into(),

@@ -111,6 +111,9 @@ impl ConnectArgs {
         config.request_timeout = std::time::Duration::from_millis(self.request_timeout_ms);
         // A missing topic should fail an interactive command soon.
         config.metadata_max_wait = std::time::Duration::from_secs(10);
+        // A one-shot command makes one pass over the bootstrap list: an
+        // unreachable cluster fails it at once instead of after 60 s.
+        config.bootstrap_timeout = std::time::Duration::ZERO;
         let password = match (&self.sasl_password_env, &self.sasl_password) {
             (Some(_), Some(_)) => bail!("give either --sasl-password-env or --sasl-password, not both"),
             (Some(var), None) => Some(Secret::new(

@@ -14,6 +14,7 @@
 //! never blocks requests to another.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,26 @@ struct Inner {
     metadata: RwLock<Arc<Metadata>>,
     connections: Mutex<HashMap<i32, Slot>>,
     bootstrap: tokio::sync::Mutex<Option<BrokerConnection>>,
+    /// Single-flight metadata refresh: one Metadata request in flight at a
+    /// time, its answer shared by every caller that waited for it.
+    refresh_gate: tokio::sync::Mutex<RefreshGate>,
+    /// Completed refreshes (generation of `RefreshGate::last`).
+    refresh_generation: AtomicU64,
+    /// Metadata requests sent (see [`Cluster::metadata_refreshes`]).
+    refreshes: AtomicU64,
+}
+
+/// The state behind `Inner::refresh_gate`.
+struct RefreshGate {
+    /// The last completed refresh: its generation, the topics it asked
+    /// for, whether it allowed auto-creation, and its outcome.
+    last: Option<(u64, Vec<String>, bool, Result<Arc<Metadata>>)>,
+    /// No new refresh starts before this instant: one per backoff step
+    /// (`retry_backoff` after a success, growing to `retry_backoff_max`
+    /// while refreshes fail).
+    next_allowed: Option<Instant>,
+    /// Paces failing refreshes.
+    backoff: Backoff,
 }
 
 /// How long a Metadata request waits on the control connection before it
@@ -122,6 +143,7 @@ impl Cluster {
             });
         }
         config.validate()?;
+        let (retry_backoff, retry_backoff_max) = (config.retry_backoff, config.retry_backoff_max);
         let tls = if config.security_protocol.uses_tls() {
             Some(super::tls::TlsConnector::new(&config.tls)?)
         } else {
@@ -134,10 +156,55 @@ impl Cluster {
                 metadata: RwLock::new(Arc::new(Metadata::default())),
                 connections: Mutex::new(HashMap::new()),
                 bootstrap: tokio::sync::Mutex::new(None),
+                refresh_gate: tokio::sync::Mutex::new(RefreshGate {
+                    last: None,
+                    next_allowed: None,
+                    backoff: Backoff::new(retry_backoff, retry_backoff_max),
+                }),
+                refresh_generation: AtomicU64::new(0),
+                refreshes: AtomicU64::new(0),
             }),
         };
-        cluster.refresh_topics(&[]).await?;
+        cluster.bootstrap().await?;
         Ok(cluster)
+    }
+
+    /// The first metadata load: passes over the bootstrap list (and the
+    /// known brokers) with backoff until one answers or
+    /// `bootstrap_timeout` runs out (`Duration::ZERO`: one pass).
+    /// Authentication and TLS failures end it at once.
+    async fn bootstrap(&self) -> Result<()> {
+        let deadline = self.inner.config.bootstrap_timeout;
+        let started = Instant::now();
+        let mut backoff = self.backoff();
+        loop {
+            match self.refresh_topics(&[]).await {
+                Ok(_) => return Ok(()),
+                Err(e) if !deadline.is_zero() && (e.is_connection_error() || matches!(e, Error::NoBrokerAvailable { .. })) => {
+                    let waited = started.elapsed();
+                    let delay = backoff.next_delay();
+                    if waited + delay >= deadline {
+                        return Err(Error::Timeout {
+                            operation: format!(
+                                "bootstrap: no broker of {} answered (bootstrap_timeout, \
+                                 `default.api.timeout.ms`; zero makes a single pass); last error: {e}",
+                                self.inner.config.bootstrap.join(",")
+                            ),
+                            timeout: deadline,
+                        });
+                    }
+                    tracing::info!(waited = ?waited, error = %e, "no bootstrap broker reachable yet; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// How many Metadata requests this cluster has sent (each refresh,
+    /// shared by every caller waiting on it, counts once).
+    pub fn metadata_refreshes(&self) -> u64 {
+        self.inner.refreshes.load(Ordering::Relaxed)
     }
 
     /// The configuration this cluster was opened with.
@@ -303,7 +370,50 @@ impl Cluster {
     /// `auto.create.topics.enable` is on then creates a missing topic (and
     /// answers `LEADER_NOT_AVAILABLE` or `UNKNOWN_TOPIC_OR_PARTITION` until
     /// it is ready).
+    ///
+    /// Single flight: one refresh at a time; a caller that waited while a
+    /// refresh covering its topics completed takes that refresh's outcome
+    /// instead of sending another. Refreshes are paced: at most one per
+    /// backoff step (`retry_backoff`, growing up to `retry_backoff_max`
+    /// while they fail), so an outage with many waiters costs one Metadata
+    /// request per step, not one per waiter.
+    ///
+    /// Cancel safety: cancel safe (the gate is released on drop; the cache
+    /// is swapped whole).
     async fn refresh(&self, topics: &[&str], allow_auto_create: bool) -> Result<Arc<Metadata>> {
+        let ticket = self.inner.refresh_generation.load(Ordering::Acquire);
+        let mut gate = self.inner.refresh_gate.lock().await;
+        if let Some((generation, asked, auto, outcome)) = &gate.last {
+            let covers = topics.iter().all(|t| asked.iter().any(|a| a == t)) && (*auto || !allow_auto_create);
+            if *generation > ticket && covers {
+                return outcome.clone();
+            }
+        }
+        if let Some(at) = gate.next_allowed {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let started = Instant::now();
+        self.inner.refreshes.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.refresh_once(topics, allow_auto_create).await;
+        let step = match &outcome {
+            Ok(_) => {
+                gate.backoff = self.backoff();
+                self.inner.config.retry_backoff
+            }
+            Err(_) => gate.backoff.next_delay(),
+        };
+        gate.next_allowed = Some(started + step);
+        let generation = self.inner.refresh_generation.fetch_add(1, Ordering::AcqRel) + 1;
+        gate.last = Some((
+            generation,
+            topics.iter().map(|t| (*t).to_owned()).collect(),
+            allow_auto_create,
+            outcome.clone(),
+        ));
+        outcome
+    }
+
+    async fn refresh_once(&self, topics: &[&str], allow_auto_create: bool) -> Result<Arc<Metadata>> {
         let mut request = MetadataRequest::default();
         request.topics = Some(
             topics

@@ -230,6 +230,13 @@ pub struct ClientConfig {
     /// How long metadata lookups retry a missing topic or leader before
     /// giving up.
     pub metadata_max_wait: Duration,
+    /// How long opening a [`Cluster`] keeps retrying its bootstrap list
+    /// (whole passes, with backoff) while no broker answers, before it
+    /// fails with an error naming this option. 60 s by default, like the
+    /// Java client's `default.api.timeout.ms` (and `max.block.ms`), which
+    /// bound the same wait there; `Duration::ZERO` makes a single pass
+    /// (the CLI's one-shot commands).
+    pub bootstrap_timeout: Duration,
     /// Log every request and answer, retry and metadata change at debug
     /// level (target `clink_kafka::protocol`; the connector's
     /// `enable_debug`). Never a secret: SASL exchanges log the API name only.
@@ -254,6 +261,7 @@ impl Default for ClientConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_wait: Duration::from_secs(30),
+            bootstrap_timeout: Duration::from_secs(60),
             debug: false,
             metric_prefix: crate::metrics::DEFAULT_PREFIX.into(),
         }
@@ -324,6 +332,13 @@ impl ClientConfig {
     #[must_use]
     pub fn with_metadata_max_wait(mut self, value: Duration) -> Self {
         self.metadata_max_wait = value;
+        self
+    }
+
+    /// Sets `bootstrap_timeout` (see the field).
+    #[must_use]
+    pub fn with_bootstrap_timeout(mut self, value: Duration) -> Self {
+        self.bootstrap_timeout = value;
         self
     }
 

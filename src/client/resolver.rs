@@ -583,7 +583,11 @@ impl Resolver {
 
     /// One attempt: `Err` only for transport failures (to retry).
     async fn attempt(&self, handle: &ResumeHandle, decision: Decision) -> Result<Verdict> {
-        let cluster = match Cluster::connect(self.config.clone()).await {
+        // One pass over the bootstrap list: this loop's own backoff and
+        // `unreachable_after` bound the retries.
+        let mut config = self.config.clone();
+        config.bootstrap_timeout = Duration::ZERO;
+        let cluster = match Cluster::connect(config).await {
             Ok(c) => c,
             Err(e) => return self.classify(handle, decision, e, None).await,
         };

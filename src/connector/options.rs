@@ -265,6 +265,9 @@ pub struct ClientTuning {
     pub max_frame_size: Option<usize>,
     /// `kafka.topic.metadata.propagation.max.ms`: how long a missing topic or leader is retried.
     pub metadata_max_wait: Option<Duration>,
+    /// `kafka.default.api.timeout.ms`: how long opening keeps retrying the
+    /// bootstrap list (`ClientConfig::bootstrap_timeout`, 60 s; 0 = one pass).
+    pub bootstrap_timeout: Option<Duration>,
 }
 
 /// Consumer settings reachable only through the passthrough.
@@ -638,6 +641,9 @@ fn client_config(brokers: &str, client_id: &str, security: &SecurityConfig, t: &
     if let Some(v) = t.metadata_max_wait {
         c.metadata_max_wait = v;
     }
+    if let Some(v) = t.bootstrap_timeout {
+        c.bootstrap_timeout = v;
+    }
     security.apply_to(&mut c)?;
     Ok(c)
 }
@@ -668,6 +674,7 @@ fn passthrough(property: &str) -> Option<(&'static str, Scope)> {
         "retry.backoff.max.ms" => ("retry.backoff.max.ms", Any),
         "receive.message.max.bytes" => ("receive.message.max.bytes", Any),
         "topic.metadata.propagation.max.ms" => ("topic.metadata.propagation.max.ms", Any),
+        "default.api.timeout.ms" => ("default.api.timeout.ms", Any),
         "group.id" => ("group_id", Source),
         "auto.offset.reset" => ("auto_offset_reset", Source),
         "fetch.wait.max.ms" => ("fetch.wait.max.ms", Source),
@@ -1127,6 +1134,7 @@ fn client_tuning(inputs: &Inputs) -> Result<ClientTuning> {
             .map(|(v, k)| parse_int_in(k, v, 1024, i32::MAX as u64).map(|n| n as usize))
             .transpose()?,
         metadata_max_wait: ms("topic.metadata.propagation.max.ms")?,
+        bootstrap_timeout: ms("default.api.timeout.ms")?,
     })
 }
 
