@@ -98,7 +98,6 @@ impl Fixture {
         let mut o = parse_two_phase_commit(&p, 0, 1).expect("options");
         o.resolve_unreachable_after = Duration::from_secs(2);
         o.sink.client.connect_timeout = Some(Duration::from_millis(500));
-    o.sink.client.bootstrap_timeout = Some(Duration::ZERO);
         o.sink.client.bootstrap_timeout = Some(Duration::ZERO);
         selected::two_phase_commit_sink(o).expect("sink")
     }

@@ -180,7 +180,10 @@ impl Cluster {
         loop {
             match self.refresh_topics(&[]).await {
                 Ok(_) => return Ok(()),
-                Err(e) if !deadline.is_zero() && (e.is_connection_error() || matches!(e, Error::NoBrokerAvailable { .. })) => {
+                Err(e)
+                    if !deadline.is_zero()
+                        && (e.is_connection_error() || matches!(e, Error::NoBrokerAvailable { .. })) =>
+                {
                     let waited = started.elapsed();
                     let delay = backoff.next_delay();
                     if waited + delay >= deadline {

@@ -741,6 +741,7 @@ fn native_only(canonical: &str) -> bool {
             | "max.batch.inflate.bytes"
             | "enable.fetch.sessions"
             | "fetch.throttle.max.ms"
+            | "default.api.timeout.ms"
     )
 }
 
