@@ -243,8 +243,10 @@ impl Admin {
     /// The cluster as the broker describes it (DescribeCluster, KIP-700):
     /// its id, the controller and the live brokers.
     pub async fn describe_cluster(&self) -> Result<ClusterDescription> {
-        let conn = self.cluster.any_broker().await?;
-        let response = conn.request(&DescribeClusterRequest::default()).await?;
+        let (conn, response) = self
+            .cluster
+            .control_request(|conn| async move { conn.request(&DescribeClusterRequest::default()).await })
+            .await?;
         if response.error_code != 0 {
             return Err(Error::kafka(
                 "DescribeCluster",
@@ -295,8 +297,13 @@ impl Admin {
                 .collect()
         });
         request.allow_auto_topic_creation = false;
-        let conn = self.cluster.any_broker().await?;
-        let response = conn.request(&request).await?;
+        let (conn, response) = self
+            .cluster
+            .control_request(|conn| {
+                let request = &request;
+                async move { conn.request(request).await }
+            })
+            .await?;
         if response.error_code != 0 {
             return Err(Error::kafka(
                 "Metadata",

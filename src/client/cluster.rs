@@ -128,9 +128,9 @@ struct RefreshGate {
     backoff: Backoff,
 }
 
-/// How long a Metadata request waits on the control connection before it
-/// is also sent to another broker (see `Cluster::hedged`).
-const METADATA_HEDGE_AFTER: Duration = Duration::from_millis(500);
+/// How long a control request waits on the control connection before it
+/// is also sent to another broker (see [`Cluster::control_request`]).
+const HEDGE_AFTER: Duration = Duration::from_millis(500);
 
 impl Cluster {
     /// Connects to the first reachable bootstrap broker and loads the broker
@@ -272,26 +272,42 @@ impl Cluster {
         })
     }
 
-    /// Sends a Metadata request on the control connection `conn`; with no
-    /// answer after [`METADATA_HEDGE_AFTER`], sends it again on a live
-    /// connection to another broker and takes whichever answer comes first.
-    /// The control connection may lead to a broker that is cut off (a
-    /// request there waits out `request_timeout`, then a reconnect may wait
-    /// out `connect_timeout`), and the metadata is what tells the client to
-    /// route around that broker: a poll must not wait for it.
-    async fn hedged(
-        &self,
-        conn: &BrokerConnection,
-        request: &MetadataRequest,
-    ) -> (
-        BrokerRef,
-        Result<clink_kafka_wire::kafka_protocol::messages::MetadataResponse>,
-    ) {
-        let primary = conn.request(request);
+    /// Runs the control request `call` on the control connection
+    /// ([`Cluster::any_broker`]); with no answer after [`HEDGE_AFTER`],
+    /// runs it again on a live connection to another broker and takes
+    /// whichever answer comes first (a failed hedge leaves the primary to
+    /// finish). The control connection may lead to a broker that is cut off
+    /// (a request there waits out `request_timeout`, then a reconnect may
+    /// wait out `connect_timeout`): Metadata, FindCoordinator, a
+    /// non-transactional InitProducerId, DescribeCluster and the admin's
+    /// Metadata reads must not wait for it. Only for requests that any
+    /// broker answers and that are safe to send twice (not CreateTopics,
+    /// DeleteTopics, CreatePartitions, nor anything transactional).
+    ///
+    /// Returns the connection that answered with its answer.
+    ///
+    /// Cancel safety: cancel safe (dropping it drops both requests; each
+    /// is safe to repeat).
+    pub(crate) async fn control_request<T, F, Fut>(&self, call: F) -> Result<(BrokerConnection, T)>
+    where
+        F: Fn(BrokerConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let conn = self.any_broker().await?;
+        let (answered, result) = self.hedged(&conn, &call).await;
+        result.map(|t| (answered, t))
+    }
+
+    async fn hedged<T, F, Fut>(&self, conn: &BrokerConnection, call: &F) -> (BrokerConnection, Result<T>)
+    where
+        F: Fn(BrokerConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let primary = call(conn.clone());
         tokio::pin!(primary);
         tokio::select! {
-            r = &mut primary => return (conn.broker().clone(), r),
-            _ = tokio::time::sleep(METADATA_HEDGE_AFTER) => {}
+            r = &mut primary => return (conn.clone(), r),
+            _ = tokio::time::sleep(HEDGE_AFTER) => {}
         }
         let other = {
             let slots: Vec<Slot> = self
@@ -312,17 +328,17 @@ impl Cluster {
             })
         };
         let Some(other) = other else {
-            return (conn.broker().clone(), primary.await);
+            return (conn.clone(), primary.await);
         };
         tracing::debug!(control = %conn.broker(), other = %other.broker(),
-            "metadata: no answer on the control connection yet; asking another broker too");
-        let hedge = other.request(request);
+            "control request: no answer on the control connection yet; asking another broker too");
+        let hedge = call(other.clone());
         tokio::pin!(hedge);
         tokio::select! {
-            r = &mut primary => (conn.broker().clone(), r),
+            r = &mut primary => (conn.clone(), r),
             r = &mut hedge => match r {
-                Ok(answer) => (other.broker().clone(), Ok(answer)),
-                Err(_) => (conn.broker().clone(), primary.await),
+                Ok(answer) => (other, Ok(answer)),
+                Err(_) => (conn.clone(), primary.await),
             },
         }
     }
@@ -432,8 +448,12 @@ impl Cluster {
         let mut attempt = 0;
         let (broker, response) = loop {
             let conn = self.any_broker().await?;
-            match self.hedged(&conn, &request).await {
-                (broker, Ok(r)) => break (broker, r),
+            let call = |c: BrokerConnection| {
+                let request = &request;
+                async move { c.request(request).await }
+            };
+            match self.hedged(&conn, &call).await {
+                (answered, Ok(r)) => break (answered.broker().clone(), r),
                 // One retry on a fresh connection for a transport failure.
                 (_, Err(e)) if e.is_connection_error() && attempt == 0 => {
                     attempt += 1;

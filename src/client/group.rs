@@ -329,16 +329,22 @@ impl GroupOffsets {
 /// FindCoordinator for `key` of `key_type` (0 group, 1 transaction), then a
 /// connection to that broker. v4 and later batch keys; we send one.
 pub(crate) async fn find_coordinator(cluster: &Cluster, key_type: i8, key: &str) -> Result<BrokerConnection> {
-    let conn = cluster.any_broker().await?;
-    let version = conn.version_for::<FindCoordinatorRequest>(None)?;
-    let mut request = FindCoordinatorRequest::default();
-    request.key_type = key_type;
-    if version >= 4 {
-        request.coordinator_keys = vec![StrBytes::from_string(key.to_owned())];
-    } else {
-        request.key = StrBytes::from_string(key.to_owned());
-    }
-    let response = conn.request_at(version, &request).await?;
+    // Hedged like Metadata: a cut-off control connection must not hold a
+    // coordinator lookup for `request_timeout`.
+    let (conn, (version, response)) = cluster
+        .control_request(|conn: BrokerConnection| async move {
+            let version = conn.version_for::<FindCoordinatorRequest>(None)?;
+            let mut request = FindCoordinatorRequest::default();
+            request.key_type = key_type;
+            if version >= 4 {
+                request.coordinator_keys = vec![StrBytes::from_string(key.to_owned())];
+            } else {
+                request.key = StrBytes::from_string(key.to_owned());
+            }
+            let response = conn.request_at(version, &request).await?;
+            Ok((version, response))
+        })
+        .await?;
     let (code, message, node_id) = if version >= 4 {
         let c = response
             .coordinators

@@ -687,11 +687,15 @@ struct Driver {
 
 /// Every topic with its id, partition count and whether it is internal.
 async fn list_topics(cluster: Cluster) -> Result<Vec<(String, Uuid, i32, bool)>> {
-    let conn = cluster.any_broker().await?;
     let mut req = MetadataRequest::default();
     req.topics = None;
     req.allow_auto_topic_creation = false;
-    let resp = conn.request(&req).await?;
+    let (_, resp) = cluster
+        .control_request(|conn| {
+            let req = &req;
+            async move { conn.request(req).await }
+        })
+        .await?;
     Ok(resp
         .topics
         .iter()

@@ -1174,16 +1174,22 @@ async fn init_producer_id(cluster: &Cluster) -> Result<ProducerIdentity> {
     request.producer_id = (-1).into();
     request.producer_epoch = -1;
     loop {
-        let conn = cluster.any_broker().await?;
-        let result = conn.request(&request).await;
+        // Hedged like Metadata (any broker answers; a second producer id
+        // allocated by the slower answer is never used).
+        let result = cluster
+            .control_request(|conn: super::connection::BrokerConnection| {
+                let request = &request;
+                async move { conn.request(request).await }
+            })
+            .await;
         let err = match result {
-            Ok(r) if r.error_code == 0 => {
+            Ok((_, r)) if r.error_code == 0 => {
                 return Ok(ProducerIdentity {
                     producer_id: r.producer_id.0,
                     producer_epoch: r.producer_epoch,
                 })
             }
-            Ok(r) => Error::kafka("InitProducerId", conn.broker(), None, None, r.error_code, None),
+            Ok((conn, r)) => Error::kafka("InitProducerId", conn.broker(), None, None, r.error_code, None),
             Err(e) => e,
         };
         if !err.is_retriable() || started.elapsed() >= cluster.config().metadata_max_wait {
