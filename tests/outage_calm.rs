@@ -160,3 +160,74 @@ async fn bootstrap_gives_up_at_bootstrap_timeout_naming_the_option() {
         started.elapsed()
     );
 }
+
+/// Control requests are hedged like Metadata: with the control
+/// connection's broker cut off silently, DescribeCluster, the admin's
+/// Metadata read and a non-transactional InitProducerId (opening an
+/// idempotent producer) are answered by another broker within a few
+/// hundred milliseconds, not after `request_timeout` (20 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_requests_are_hedged_when_the_control_broker_is_cut_off() {
+    let Some(brokers) = common::cluster::brokers() else {
+        return;
+    };
+    let direct = common::cluster(common::cluster::config(&brokers)).await;
+    let nodes: Vec<(i32, String)> = direct
+        .metadata()
+        .brokers
+        .values()
+        .map(|b| (b.node_id, b.addr()))
+        .collect();
+    assert!(nodes.len() >= 2, "the cluster has {} brokers", nodes.len());
+    let proxies = common::proxy::ClusterProxy::start(&nodes).await;
+    let mut config = common::cluster::config(&proxies.bootstrap());
+    config.request_timeout = Duration::from_secs(20);
+    let cluster = common::cluster(config).await;
+    // A data connection to every broker (what the hedge may use).
+    for (id, _) in &nodes {
+        cluster.broker(*id).await.expect("a data connection");
+    }
+    let control = cluster.any_broker().await.expect("the control connection");
+    let cut = *proxies
+        .proxies
+        .iter()
+        .find(|(_, p)| p.addr.to_string() == control.broker().addr)
+        .map(|(id, _)| id)
+        .expect("the control connection goes through a proxy");
+    proxies.set_partitioned(cut, true);
+    let admin = clink_kafka::client::Admin::new(cluster.clone());
+    let bound = Duration::from_secs(5);
+
+    let started = Instant::now();
+    let described = tokio::time::timeout(bound, admin.describe_cluster())
+        .await
+        .expect("DescribeCluster waited for the cut-off broker")
+        .expect("DescribeCluster");
+    println!(
+        "DescribeCluster answered in {:?} with broker {cut} cut off",
+        started.elapsed()
+    );
+    assert!(!described.brokers.is_empty());
+
+    let started = Instant::now();
+    tokio::time::timeout(bound, admin.describe_topics(None))
+        .await
+        .expect("the admin's Metadata waited for the cut-off broker")
+        .expect("describe_topics");
+    println!("admin Metadata answered in {:?}", started.elapsed());
+
+    let started = Instant::now();
+    let producer = tokio::time::timeout(
+        bound,
+        clink_kafka::client::Producer::new(
+            cluster.clone(),
+            clink_kafka::client::ProducerConfig::default().with_idempotent(true),
+        ),
+    )
+    .await
+    .expect("InitProducerId waited for the cut-off broker")
+    .expect("an idempotent producer");
+    println!("idempotent producer (InitProducerId) opened in {:?}", started.elapsed());
+    drop(producer);
+    proxies.set_partitioned(cut, false);
+}
