@@ -391,9 +391,17 @@ async fn scenario(
     }
     if scenario.unreachable {
         let nowhere = Job {
-            args: ["--brokers", "127.0.0.1:1", "--resolve-unreachable-after-ms", "2000"]
-                .map(str::to_owned)
-                .to_vec(),
+            // One bootstrap pass: the resolver's own 2 s bound is under test.
+            args: [
+                "--brokers",
+                "127.0.0.1:1",
+                "--resolve-unreachable-after-ms",
+                "2000",
+                "--bootstrap-timeout-ms",
+                "0",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
             env: Vec::new(),
             secret: None,
             trigger: job.trigger.clone(),
@@ -798,9 +806,17 @@ async fn recovery_scenario(brokers: &str, version: &str, r: &Recovery<'_>) {
     }
     if r.unreachable {
         let mut nowhere = Job::plaintext("127.0.0.1:1");
-        nowhere
-            .args
-            .extend(["--parallelism", "4", "--resolve-unreachable-after-ms", "2000"].map(str::to_owned));
+        nowhere.args.extend(
+            [
+                "--parallelism",
+                "4",
+                "--resolve-unreachable-after-ms",
+                "2000",
+                "--bootstrap-timeout-ms",
+                "0",
+            ]
+            .map(str::to_owned),
+        );
         let run = run_copy(&nowhere, &input, &out, &state, &txn_id, None, &log());
         assert!(
             run.status.code() == Some(1) && run.stderr.contains("completed but unconfirmed checkpoint 2"),

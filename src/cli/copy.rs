@@ -244,6 +244,12 @@ pub struct CopyArgs {
     /// prepared transaction before failing (nothing is fenced meanwhile).
     #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true)]
     pub resolve_unreachable_after_ms: u64,
+    /// How long opening the source and sink (also while restoring) keeps
+    /// retrying the bootstrap list while no broker answers
+    /// (`bootstrap_timeout`, Java's `default.api.timeout.ms`); 0 makes a
+    /// single pass.
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub bootstrap_timeout_ms: u64,
     /// The source's rack (client.rack, KIP-392): read each partition from
     /// the replica in this rack when the brokers' replica selector names one.
     #[arg(long, value_name = "RACK")]
@@ -546,6 +552,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         let mut sink_options = TwoPhaseCommitOptions::new(&args.connect.brokers, &args.to, &args.transactional_id);
         sink_options.sink.security = security.clone();
         sink_options.sink.client.request_timeout = Some(client.request_timeout);
+        sink_options.sink.client.bootstrap_timeout = Some(Duration::from_millis(args.bootstrap_timeout_ms));
         sink_options.receipt_dir = Some(receipts.clone());
         sink_options.resolve_unreachable_after = Duration::from_millis(args.resolve_unreachable_after_ms);
         sink_options.sink.backend = backend;
@@ -574,6 +581,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<u8> {
         let mut source_options = SourceOptions::new(&args.connect.brokers, &args.from);
         source_options.security = security.clone();
         source_options.client.request_timeout = Some(client.request_timeout);
+        source_options.client.bootstrap_timeout = Some(Duration::from_millis(args.bootstrap_timeout_ms));
         source_options.group_id = format!("clink-copy-{}", args.transactional_id);
         source_options.backend = backend;
         source_options.subtask_index = index;
