@@ -5,7 +5,9 @@
 //!
 //! On the three-broker cluster, through one proxy per broker
 //! (tests/common/proxy.rs, which rewrites Metadata addresses to itself):
-//! a first copy runs to a checkpoint; then every proxy cuts its broker off,
+//! a first copy runs to a checkpoint; then every proxy closes each new
+//! connection at once, as a killed broker's port refuses it (the failure
+//! the issue saw: "no bootstrap broker reachable … Connection refused"),
 //! a second copy starts on the same state directory (it must restore), and
 //! must still be running 6 s later; the brokers are let back in, the rest of
 //! the input written, and the copy runs to exit 0 with every record exactly
@@ -81,10 +83,12 @@ async fn a_copy_restoring_while_every_broker_is_cut_off_stays_up_and_finishes() 
     );
 
     for (id, _) in &nodes {
-        proxies.set_partitioned(*id, true);
+        proxies.set_refusing(*id, true);
     }
     let cut_at = Instant::now();
     let mut second = spawn("second", RECORDS);
+    // Before `bootstrap_timeout`, a copy made one pass over the list and
+    // exited within a second here.
     tokio::time::sleep(Duration::from_secs(6)).await;
     if let Some(s) = second.try_wait().unwrap() {
         panic!(
@@ -93,7 +97,7 @@ async fn a_copy_restoring_while_every_broker_is_cut_off_stays_up_and_finishes() 
         );
     }
     for (id, _) in &nodes {
-        proxies.set_partitioned(*id, false);
+        proxies.set_refusing(*id, false);
     }
     let outage = cut_at.elapsed();
     kc::feed_input(cluster.clone(), input.clone(), half..RECORDS).await;

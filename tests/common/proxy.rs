@@ -82,6 +82,9 @@ pub struct Proxy {
     pub max_produce_outstanding: Arc<AtomicUsize>,
     /// While set, nothing passes either way (a network partition).
     pub partitioned: Arc<AtomicBool>,
+    /// While set, each new connection is closed at once, as by a broker
+    /// that is down (existing connections are left alone).
+    pub refusing: Arc<AtomicBool>,
 }
 
 /// Where a Metadata answer's brokers are pointed.
@@ -112,8 +115,10 @@ impl Proxy {
             produce_outstanding: Arc::default(),
             max_produce_outstanding: Arc::default(),
             partitioned: Arc::default(),
+            refusing: Arc::default(),
         };
         let partitioned = proxy.partitioned.clone();
+        let refusing = proxy.refusing.clone();
         let (outstanding, max_outstanding) = (proxy.produce_outstanding.clone(), proxy.max_produce_outstanding.clone());
         let hold = options.hold_produce_responses;
         let (req, resp, accepted, rewritten, cutting) = (
@@ -130,6 +135,10 @@ impl Proxy {
                     return;
                 };
                 let nth = accepted.fetch_add(1, Ordering::Relaxed);
+                if refusing.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 if partitioned.load(Ordering::SeqCst) {
                     // Accepted, then mute until the partition heals.
                     tokio::spawn(mute_until_healed(client, partitioned.clone()));
@@ -216,6 +225,12 @@ impl ClusterProxy {
             .map(|p| p.addr.to_string())
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Makes broker `node` look down (new connections closed at once), or
+    /// up again.
+    pub fn set_refusing(&self, node: i32, refusing: bool) {
+        self.proxies[&node].refusing.store(refusing, Ordering::SeqCst);
     }
 
     /// Cuts the client off from broker `node` (silently), or heals it.
