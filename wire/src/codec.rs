@@ -312,6 +312,12 @@ impl<'a> Reader<'a> {
 pub trait DecodeResponse: Sized {
     /// Decodes the body (after the response header) at `version`.
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self>;
+
+    /// The answer's `throttle_time_ms` (KIP-219), 0 for APIs without one;
+    /// see [`crate::protocol::throttle_delay`].
+    fn throttle_time_ms(&self) -> i32 {
+        0
+    }
 }
 
 /// Decodes an unsigned varint from the front of `buf`: (value, bytes used).

@@ -387,3 +387,27 @@ mod tests {
         }
     }
 }
+
+/// How long a connection stays muted after an answer carrying
+/// `throttle_time_ms` (KIP-219: the broker answers at once and expects the
+/// client to send nothing more on that connection for that long), bounded
+/// by `max` (a hostile or broken broker cannot stall the client for
+/// longer). Negative values count as 0.
+pub fn throttle_delay(throttle_time_ms: i32, max: std::time::Duration) -> std::time::Duration {
+    std::time::Duration::from_millis(throttle_time_ms.max(0) as u64).min(max)
+}
+
+#[cfg(test)]
+mod throttle_tests {
+    use super::throttle_delay;
+    use std::time::Duration;
+
+    #[test]
+    fn throttle_delay_is_clamped() {
+        let max = Duration::from_secs(30);
+        assert_eq!(throttle_delay(-5, max), Duration::ZERO);
+        assert_eq!(throttle_delay(0, max), Duration::ZERO);
+        assert_eq!(throttle_delay(250, max), Duration::from_millis(250));
+        assert_eq!(throttle_delay(i32::MAX, max), max);
+    }
+}

@@ -24,6 +24,10 @@ use crate::codec::{DecodeResponse, Reader};
 use crate::error::Result;
 
 impl DecodeResponse for ListGroupsResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("ListGroups", version, 0, 5)?;
         let flexible = version >= 3;
@@ -55,6 +59,10 @@ impl DecodeResponse for ListGroupsResponse {
 }
 
 impl DecodeResponse for DescribeGroupsResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("DescribeGroups", version, 0, 6)?;
         let flexible = version >= 5;
@@ -108,6 +116,10 @@ fn described_group(r: &mut Reader<'_>, version: i16) -> Result<DescribedGroup> {
 }
 
 impl DecodeResponse for DeleteGroupsResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("DeleteGroups", version, 0, 2)?;
         let flexible = version >= 2;
@@ -130,6 +142,10 @@ impl DecodeResponse for DeleteGroupsResponse {
 }
 
 impl DecodeResponse for ConsumerGroupDescribeResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("ConsumerGroupDescribe", version, 0, 1)?;
         let mut out = ConsumerGroupDescribeResponse::default();

@@ -22,6 +22,10 @@ use crate::codec::{DecodeResponse, Reader};
 use crate::error::{Error, Result};
 
 impl DecodeResponse for JoinGroupResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("JoinGroup", version, 2, 9)?;
         let flexible = version >= 6;
@@ -60,6 +64,10 @@ impl DecodeResponse for JoinGroupResponse {
 }
 
 impl DecodeResponse for SyncGroupResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("SyncGroup", version, 0, 5)?;
         let flexible = version >= 4;
@@ -81,6 +89,10 @@ impl DecodeResponse for SyncGroupResponse {
 }
 
 impl DecodeResponse for HeartbeatResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("Heartbeat", version, 0, 4)?;
         let mut out = HeartbeatResponse::default();
@@ -96,6 +108,10 @@ impl DecodeResponse for HeartbeatResponse {
 }
 
 impl DecodeResponse for LeaveGroupResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("LeaveGroup", version, 0, 5)?;
         let flexible = version >= 4;
@@ -124,6 +140,10 @@ impl DecodeResponse for LeaveGroupResponse {
 }
 
 impl DecodeResponse for ConsumerGroupHeartbeatResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         check("ConsumerGroupHeartbeat", version, 0, 1)?;
         let mut out = ConsumerGroupHeartbeatResponse::default();

@@ -18,6 +18,10 @@ pub const MIN_VERSION: i16 = 2;
 pub const MAX_VERSION: i16 = 10;
 
 impl DecodeResponse for OffsetCommitResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         if !(MIN_VERSION..=MAX_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {

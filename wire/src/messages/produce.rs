@@ -20,6 +20,10 @@ pub const MIN_VERSION: i16 = 3;
 pub const MAX_VERSION: i16 = 13;
 
 impl DecodeResponse for ProduceResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         if !(MIN_VERSION..=MAX_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {

@@ -11,6 +11,10 @@ const MIN_VERSION: i16 = 0;
 const MAX_VERSION: i16 = 5;
 
 impl DecodeResponse for TxnOffsetCommitResponse {
+    fn throttle_time_ms(&self) -> i32 {
+        self.throttle_time_ms
+    }
+
     fn decode_response(r: &mut Reader<'_>, version: i16) -> Result<Self> {
         if !(MIN_VERSION..=MAX_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
