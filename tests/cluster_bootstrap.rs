@@ -46,7 +46,12 @@ async fn a_copy_restoring_while_every_broker_is_cut_off_stays_up_and_finishes() 
     for t in [&input, &output] {
         common::create_topic(&cluster, NewTopic::new(t.as_str(), PARTITIONS, 3)).await;
     }
-    let nodes: Vec<(i32, String)> = cluster.metadata().brokers.values().map(|b| (b.node_id, b.addr())).collect();
+    let nodes: Vec<(i32, String)> = cluster
+        .metadata()
+        .brokers
+        .values()
+        .map(|b| (b.node_id, b.addr()))
+        .collect();
     let proxies = ClusterProxy::start(&nodes).await;
     let bootstrap = proxies.bootstrap();
 

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use clink_kafka_wire::codec::DecodeResponse;
 use clink_kafka_wire::frame::{self, FrameDecoder, ResponseFrame};
 use clink_kafka_wire::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
@@ -86,6 +87,10 @@ struct Shared {
     control: mpsc::UnboundedSender<Control>,
     /// Completed re-authentications (KIP-368) on this connection.
     reauthentications: Arc<AtomicU64>,
+    /// KIP-219: until when the writer holds back requests, after an answer
+    /// that carried `throttle_time_ms` (bounded by `max_throttle`).
+    muted_until: Arc<Mutex<Option<Instant>>>,
+    max_throttle: Duration,
 }
 
 /// What the re-authentication sends the writer, ahead of `commands`.
@@ -261,6 +266,7 @@ impl BrokerConnection {
         let shutdown = Arc::new(Notify::new());
         let last_activity = Arc::new(Mutex::new(Instant::now()));
         let reauthentications = Arc::new(AtomicU64::new(0));
+        let muted_until = Arc::new(Mutex::new(None));
         let shared = Arc::new(Shared {
             broker: broker.clone(),
             client_id: config.client_id.clone(),
@@ -273,6 +279,8 @@ impl BrokerConnection {
             last_activity: last_activity.clone(),
             control: control_tx,
             reauthentications: reauthentications.clone(),
+            muted_until: muted_until.clone(),
+            max_throttle: config.max_throttle,
         });
         let driver = Driver {
             broker,
@@ -286,6 +294,7 @@ impl BrokerConnection {
             last_activity,
             metrics: RequestMetrics::new(config),
             debug: config.debug,
+            muted_until,
             reauth: Reauth {
                 sasl: config.sasl.clone(),
                 due: Notify::new(),
@@ -363,7 +372,36 @@ impl BrokerConnection {
     pub async fn request_at<R: ApiRequest>(&self, version: i16, body: &R) -> Result<R::Response> {
         let (correlation_id, frame) = self.encode(version, body)?;
         let response = self.round_trip(R::NAME, version, correlation_id, frame).await?;
-        frame::decode_response::<R>(response, version, correlation_id).map_err(|e| self.protocol_error(R::NAME, e))
+        let answer = frame::decode_response::<R>(response, version, correlation_id)
+            .map_err(|e| self.protocol_error(R::NAME, e))?;
+        self.note_throttle(answer.throttle_time_ms());
+        Ok(answer)
+    }
+
+    /// KIP-219: an answer's `throttle_time_ms` mutes this connection for
+    /// that long (bounded by `max_throttle`): the writer holds back every
+    /// request queued after it until then (a SASL re-authentication's
+    /// frames excepted).
+    fn note_throttle(&self, throttle_time_ms: i32) {
+        let delay = clink_kafka_wire::protocol::throttle_delay(throttle_time_ms, self.shared.max_throttle);
+        if delay.is_zero() {
+            return;
+        }
+        tracing::debug!(broker = %self.shared.broker, ?delay, "broker throttled this connection (KIP-219)");
+        let until = Instant::now() + delay;
+        let mut muted = self.shared.muted_until.lock().expect("mute lock");
+        if muted.is_none_or(|m| m < until) {
+            *muted = Some(until);
+        }
+    }
+
+    /// How much longer this connection is muted by a broker's throttle
+    /// (KIP-219), if it is.
+    pub fn throttled_for(&self) -> Option<Duration> {
+        let muted = *self.shared.muted_until.lock().expect("mute lock");
+        muted
+            .and_then(|m| m.checked_duration_since(Instant::now()))
+            .filter(|d| !d.is_zero())
     }
 
     /// [`BrokerConnection::request_at`] through `route`: the control queue
@@ -393,7 +431,10 @@ impl BrokerConnection {
             .send(Control::Frame(command))
             .map_err(|_| self.closed_error())?;
         let response = self.wait_response(R::NAME, version, correlation_id, rx).await?;
-        frame::decode_response::<R>(response, version, correlation_id).map_err(|e| self.protocol_error(R::NAME, e))
+        let answer = frame::decode_response::<R>(response, version, correlation_id)
+            .map_err(|e| self.protocol_error(R::NAME, e))?;
+        self.note_throttle(answer.throttle_time_ms());
+        Ok(answer)
     }
 
     /// After an authentication that gave the session `lifetime`: tells the
@@ -635,7 +676,10 @@ impl<R: ApiRequest> PendingResponse<R> {
         let raw = conn
             .wait_response(R::NAME, self.version, self.correlation_id, self.rx)
             .await?;
-        frame::decode_response::<R>(raw, self.version, self.correlation_id).map_err(|e| conn.protocol_error(R::NAME, e))
+        let answer = frame::decode_response::<R>(raw, self.version, self.correlation_id)
+            .map_err(|e| conn.protocol_error(R::NAME, e))?;
+        conn.note_throttle(answer.throttle_time_ms());
+        Ok(answer)
     }
 }
 
@@ -648,6 +692,8 @@ struct Driver {
     shutdown: Arc<Notify>,
     /// Whether this connection authenticates (for the EOF hint).
     sasl: bool,
+    /// See `Shared::muted_until`.
+    muted_until: Arc<Mutex<Option<Instant>>>,
     /// The TLS connector, for TLS connections (to type TLS errors).
     tls: Option<TlsConnector>,
     /// `connections_max_idle` (zero: never).
@@ -897,6 +943,12 @@ impl Driver {
                             held = Some(c);
                             self.reauth.due.notify_one();
                             continue;
+                        }
+                        // KIP-219: held back while a throttle mutes the
+                        // connection.
+                        let muted = *self.muted_until.lock().expect("mute lock");
+                        if let Some(until) = muted.filter(|u| *u > Instant::now()) {
+                            tokio::time::sleep_until(until.into()).await;
                         }
                         c
                     }

@@ -237,6 +237,11 @@ pub struct ClientConfig {
     /// bound the same wait there; `Duration::ZERO` makes a single pass
     /// (the CLI's one-shot commands).
     pub bootstrap_timeout: Duration,
+    /// The longest a broker's `throttle_time_ms` (KIP-219) mutes a
+    /// connection: after any answer carrying one, nothing more is sent on
+    /// that connection until the time given has passed, up to this bound
+    /// (30 s by default, `Duration::ZERO` ignores throttles).
+    pub max_throttle: Duration,
     /// Log every request and answer, retry and metadata change at debug
     /// level (target `clink_kafka::protocol`; the connector's
     /// `enable_debug`). Never a secret: SASL exchanges log the API name only.
@@ -262,6 +267,7 @@ impl Default for ClientConfig {
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_wait: Duration::from_secs(30),
             bootstrap_timeout: Duration::from_secs(60),
+            max_throttle: Duration::from_secs(30),
             debug: false,
             metric_prefix: crate::metrics::DEFAULT_PREFIX.into(),
         }
@@ -339,6 +345,13 @@ impl ClientConfig {
     #[must_use]
     pub fn with_bootstrap_timeout(mut self, value: Duration) -> Self {
         self.bootstrap_timeout = value;
+        self
+    }
+
+    /// Sets `max_throttle` (see the field).
+    #[must_use]
+    pub fn with_max_throttle(mut self, value: Duration) -> Self {
+        self.max_throttle = value;
         self
     }
 
