@@ -83,6 +83,22 @@ pub struct Metadata {
     pub topics: HashMap<String, TopicMetadata>,
 }
 
+/// What a connection to a broker carries. Each role has connections of
+/// its own, one per broker: a broker answers a connection's requests in
+/// order, so a Produce must not queue behind a Fetch long-poll
+/// (`max_wait`), nor a coordinator or admin request behind either — also
+/// when a consumer and a producer share one [`Cluster`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ConnectionRole {
+    /// Produce requests (the producer's sender).
+    Produce,
+    /// Fetch and ListOffsets (the consumer).
+    Fetch,
+    /// Coordinator (group and transaction) and admin requests to a given
+    /// broker.
+    Control,
+}
+
 /// A handle to the cluster; cheap to clone.
 #[derive(Clone)]
 pub struct Cluster {
@@ -104,7 +120,7 @@ struct Inner {
     /// Built once from `config.tls` for TLS protocols.
     tls: Option<super::tls::TlsConnector>,
     metadata: RwLock<Arc<Metadata>>,
-    connections: Mutex<HashMap<i32, Slot>>,
+    connections: Mutex<HashMap<(i32, ConnectionRole), Slot>>,
     bootstrap: tokio::sync::Mutex<Option<BrokerConnection>>,
     /// Single-flight metadata refresh: one Metadata request in flight at a
     /// time, its answer shared by every caller that waited for it.
@@ -343,14 +359,26 @@ impl Cluster {
         }
     }
 
-    /// The connection to broker `node_id`, opening (or reopening) it as needed.
+    /// The [`ConnectionRole::Control`] connection to broker `node_id`
+    /// (coordinator and admin requests), opening (or reopening) it as
+    /// needed; see [`Cluster::broker_for`].
     pub async fn broker(&self, node_id: i32) -> Result<BrokerConnection> {
+        self.broker_for(node_id, ConnectionRole::Control).await
+    }
+
+    /// The connection to broker `node_id` for `role`, opening (or
+    /// reopening) it as needed. Each role has its own connection per
+    /// broker, so requests of one role never wait behind another's.
+    ///
+    /// Cancel safety: cancel safe (a connection opened by a dropped call
+    /// is either stored in its slot or dropped).
+    pub async fn broker_for(&self, node_id: i32, role: ConnectionRole) -> Result<BrokerConnection> {
         let slot = self
             .inner
             .connections
             .lock()
             .expect("connections lock")
-            .entry(node_id)
+            .entry((node_id, role))
             .or_default()
             .clone();
         let mut guard = slot.lock().await;
@@ -610,7 +638,7 @@ impl Cluster {
             // or restarting) counts as no leader yet, as in the Java client.
             let listed = self.metadata().brokers.contains_key(&p.leader);
             if p.leader >= 0 && listed {
-                match self.broker(p.leader).await {
+                match self.broker_for(p.leader, ConnectionRole::Fetch).await {
                     Ok(conn) => return Ok((p.leader, conn)),
                     // The cached leader is unreachable: leadership may have
                     // moved (failover), or is about to: a killed broker

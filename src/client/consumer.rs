@@ -68,7 +68,7 @@ use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 pub use clink_kafka_wire::fetcher::{ConsumerRecord, IsolationLevel};
 
 use super::backoff::Backoff;
-use super::cluster::{needs_metadata_refresh, Cluster, Metadata};
+use super::cluster::{needs_metadata_refresh, Cluster, ConnectionRole, Metadata};
 use super::connection::BrokerConnection;
 use super::topic_partition::TopicPartition;
 use crate::error::{BrokerRef, Error, Result};
@@ -1046,7 +1046,7 @@ impl Consumer {
             self.connecting_to.insert(target);
             let cluster = self.cluster.clone();
             self.connecting
-                .spawn(async move { (target, cluster.broker(target).await) });
+                .spawn(async move { (target, cluster.broker_for(target, ConnectionRole::Fetch).await) });
         }
     }
 
@@ -1113,7 +1113,7 @@ impl Consumer {
         self.fetcher.retry_epoch_requests();
         self.route(&self.cluster.metadata());
         for (broker, request) in self.fetcher.epoch_requests() {
-            let answer = match self.cluster.broker(broker).await {
+            let answer = match self.cluster.broker_for(broker, ConnectionRole::Fetch).await {
                 Ok(conn) => match conn.version_for::<OffsetForLeaderEpochRequest>(None) {
                     Ok(version) => conn
                         .request_at(version, &request)

@@ -69,7 +69,7 @@ pub use admin::{
 };
 pub use backoff::{Backoff, JitterSource};
 pub use clink_kafka_wire::group::Assignor;
-pub use cluster::{BrokerInfo, Cluster, Metadata, PartitionMetadata, TopicMetadata};
+pub use cluster::{BrokerInfo, Cluster, ConnectionRole, Metadata, PartitionMetadata, TopicMetadata};
 pub use consumer::{
     BatchStream, BufferedBytes, Consumer, ConsumerConfig, ConsumerRecord, FetchCounts, FetchSessionState,
     IsolationLevel, LogTruncation, Offset, OffsetAndTimestamp, RecordStream, Watermarks,

@@ -35,7 +35,7 @@ use clink_kafka_wire::produce_state::{self, BatchOutcome, SentBatch};
 use clink_kafka_wire::record::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
 use clink_kafka_wire::KafkaCode;
 
-use super::cluster::Metadata;
+use super::cluster::{ConnectionRole, Metadata};
 use super::connection::BrokerConnection;
 use super::producer::{
     increment_sequence, Acks, Batch, Body, PartitionQueue, PendingRecord, Shared, PRODUCE_MAX_VERSION,
@@ -208,7 +208,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         spawn_refresh(&shared, refresh);
         for node in to_connect {
             let cluster = shared.cluster.clone();
-            connecting.spawn(async move { (node, cluster.broker(node).await) });
+            connecting.spawn(async move { (node, cluster.broker_for(node, ConnectionRole::Produce).await) });
         }
         let sent_any = !groups.is_empty();
         for (node, batches) in groups {
@@ -411,7 +411,7 @@ async fn send_request(
         (Some(e), _) => Err(e),
         (None, Some(c)) if !c.is_closed() => Ok(c.clone()),
         // Not reached (the loop connects first), but correct all the same.
-        (None, _) => shared.cluster.broker(node).await.inspect(|c| {
+        (None, _) => shared.cluster.broker_for(node, ConnectionRole::Produce).await.inspect(|c| {
             conns.insert(node, c.clone());
         }),
     };
