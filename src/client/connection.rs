@@ -90,7 +90,9 @@ struct Shared {
     /// KIP-219: until when the writer holds back requests, after an answer
     /// that carried `throttle_time_ms` (bounded by `max_throttle`).
     muted_until: Arc<Mutex<Option<Instant>>>,
-    max_throttle: Duration,
+    /// The bound on a throttle, in ms: `max_throttle`, lowered by
+    /// [`BrokerConnection::cap_throttle`].
+    max_throttle_ms: AtomicU64,
 }
 
 /// What the re-authentication sends the writer, ahead of `commands`.
@@ -280,7 +282,7 @@ impl BrokerConnection {
             control: control_tx,
             reauthentications: reauthentications.clone(),
             muted_until: muted_until.clone(),
-            max_throttle: config.max_throttle,
+            max_throttle_ms: AtomicU64::new(config.max_throttle.as_millis().min(u64::MAX as u128) as u64),
         });
         let driver = Driver {
             broker,
@@ -383,7 +385,8 @@ impl BrokerConnection {
     /// request queued after it until then (a SASL re-authentication's
     /// frames excepted).
     fn note_throttle(&self, throttle_time_ms: i32) {
-        let delay = clink_kafka_wire::protocol::throttle_delay(throttle_time_ms, self.shared.max_throttle);
+        let max = Duration::from_millis(self.shared.max_throttle_ms.load(Ordering::Relaxed));
+        let delay = clink_kafka_wire::protocol::throttle_delay(throttle_time_ms, max);
         if delay.is_zero() {
             return;
         }
@@ -393,6 +396,14 @@ impl BrokerConnection {
         if muted.is_none_or(|m| m < until) {
             *muted = Some(until);
         }
+    }
+
+    /// Lowers this connection's bound on a throttle to `max` (the
+    /// consumer's own `max_throttle` on its Fetch connections); the lowest
+    /// bound asked for wins.
+    pub(crate) fn cap_throttle(&self, max: Duration) {
+        let ms = max.as_millis().min(u64::MAX as u128) as u64;
+        self.shared.max_throttle_ms.fetch_min(ms, Ordering::Relaxed);
     }
 
     /// How much longer this connection is muted by a broker's throttle

@@ -1045,8 +1045,11 @@ impl Consumer {
             }
             self.connecting_to.insert(target);
             let cluster = self.cluster.clone();
-            self.connecting
-                .spawn(async move { (target, cluster.broker_for(target, ConnectionRole::Fetch).await) });
+            let max_throttle = self.config.max_throttle;
+            self.connecting.spawn(async move {
+                let conn = cluster.broker_for(target, ConnectionRole::Fetch).await;
+                (target, conn.inspect(|c| c.cap_throttle(max_throttle)))
+            });
         }
     }
 
@@ -1113,7 +1116,9 @@ impl Consumer {
         self.fetcher.retry_epoch_requests();
         self.route(&self.cluster.metadata());
         for (broker, request) in self.fetcher.epoch_requests() {
-            let answer = match self.cluster.broker_for(broker, ConnectionRole::Fetch).await {
+            let fetch_conn = self.cluster.broker_for(broker, ConnectionRole::Fetch).await;
+            let fetch_conn = fetch_conn.inspect(|c| c.cap_throttle(self.config.max_throttle));
+            let answer = match fetch_conn {
                 Ok(conn) => match conn.version_for::<OffsetForLeaderEpochRequest>(None) {
                     Ok(version) => conn
                         .request_at(version, &request)

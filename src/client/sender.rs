@@ -411,9 +411,13 @@ async fn send_request(
         (Some(e), _) => Err(e),
         (None, Some(c)) if !c.is_closed() => Ok(c.clone()),
         // Not reached (the loop connects first), but correct all the same.
-        (None, _) => shared.cluster.broker_for(node, ConnectionRole::Produce).await.inspect(|c| {
-            conns.insert(node, c.clone());
-        }),
+        (None, _) => shared
+            .cluster
+            .broker_for(node, ConnectionRole::Produce)
+            .await
+            .inspect(|c| {
+                conns.insert(node, c.clone());
+            }),
     };
     let conn = match conn {
         Ok(c) => c,
