@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clink_kafka::client::{
-    ClientConfig, Consumer, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+    ClientConfig, ConnectionRole, Consumer, ConsumerConfig, NewTopic, Offset, Producer, ProducerConfig, ProducerRecord,
+    TopicPartition,
 };
 use clink_kafka::wire::sasl::SaslMechanism;
 use clink_kafka::wire::secret::Secret;
@@ -70,7 +71,16 @@ async fn produce_consume_across_reauthentications(mechanism: SaslMechanism) {
         .expect("topic metadata")
         .partitions[0]
         .leader;
-    let data_conn = cluster.broker(leader).await.expect("leader connection");
+    // Connections by role (issue 24): the Produce and the Fetch connection
+    // to the leader are separate, and each must re-authenticate.
+    let produce_conn = cluster
+        .broker_for(leader, ConnectionRole::Produce)
+        .await
+        .expect("leader connection");
+    let fetch_conn = cluster
+        .broker_for(leader, ConnectionRole::Fetch)
+        .await
+        .expect("leader connection");
 
     let producer = Producer::new(cluster.clone(), ProducerConfig::default())
         .await
@@ -129,20 +139,25 @@ async fn produce_consume_across_reauthentications(mechanism: SaslMechanism) {
             "record {i} out of order"
         );
     }
-    let now_conn = cluster.broker(leader).await.expect("leader connection");
-    assert!(
-        now_conn.same_connection(&data_conn),
-        "the Produce/Fetch connection was replaced: {:?}",
-        data_conn.fatal_error()
-    );
-    let reauths = data_conn.reauthentications();
+    for (role, conn) in [
+        (ConnectionRole::Produce, &produce_conn),
+        (ConnectionRole::Fetch, &fetch_conn),
+    ] {
+        let now_conn = cluster.broker_for(leader, role).await.expect("leader connection");
+        assert!(
+            now_conn.same_connection(conn),
+            "the {role:?} connection was replaced: {:?}",
+            conn.fatal_error()
+        );
+    }
+    let reauths = produce_conn.reauthentications().min(fetch_conn.reauthentications());
     let control = cluster
         .any_broker()
         .await
         .expect("control connection")
         .reauthentications();
     eprintln!(
-        "{mechanism}: {sent} records in {elapsed:?}; the Produce/Fetch connection re-authenticated {reauths} times, \
+        "{mechanism}: {sent} records in {elapsed:?}; the Produce and Fetch connections re-authenticated at least {reauths} times each, \
          the control connection {control} times"
     );
     assert!(
