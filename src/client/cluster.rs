@@ -131,11 +131,15 @@ struct Inner {
     refreshes: AtomicU64,
 }
 
+/// A completed refresh: its generation, the topics it asked for, whether
+/// it allowed auto-creation, and its outcome.
+type Refreshed = (u64, Vec<String>, bool, Result<Arc<Metadata>>);
+
 /// The state behind `Inner::refresh_gate`.
 struct RefreshGate {
     /// The last completed refresh: its generation, the topics it asked
     /// for, whether it allowed auto-creation, and its outcome.
-    last: Option<(u64, Vec<String>, bool, Result<Arc<Metadata>>)>,
+    last: Option<Refreshed>,
     /// No new refresh starts before this instant: one per backoff step
     /// (`retry_backoff` after a success, growing to `retry_backoff_max`
     /// while refreshes fail).

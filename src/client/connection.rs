@@ -959,7 +959,7 @@ impl Driver {
                         // connection.
                         let muted = *self.muted_until.lock().expect("mute lock");
                         if let Some(until) = muted.filter(|u| *u > Instant::now()) {
-                            tokio::time::sleep_until(until.into()).await;
+                            tokio::time::sleep_until(until).await;
                         }
                         c
                     }
