@@ -599,7 +599,11 @@ mod corpus_replay {
             br#"{"status":"invalid_token","scope":"kafka","openid-configuration":"https://idp/.well-known/openid-configuration"}"#,
         );
         write("oauthbearer", "extensions", b"traceId=1,logicalCluster=lkc-1");
-        write("oauthbearer", "token", b"eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln\xffjunk");
+        write(
+            "oauthbearer",
+            "token",
+            b"eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln\xffjunk",
+        );
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
         }

@@ -155,7 +155,11 @@ pub fn initial_response(token: &Secret, extensions: &[SaslExtension]) -> Result<
         });
     }
     let mut out = Vec::with_capacity(
-        16 + token.len() + extensions.iter().map(|e| e.key.len() + e.value.len() + 2).sum::<usize>(),
+        16 + token.len()
+            + extensions
+                .iter()
+                .map(|e| e.key.len() + e.value.len() + 2)
+                .sum::<usize>(),
     );
     out.extend_from_slice(b"n,,\x01auth=Bearer ");
     out.extend_from_slice(token.as_bytes());
@@ -289,7 +293,14 @@ mod tests {
 
     #[test]
     fn extensions_are_validated() {
-        for (key, value) in [("", "v"), ("auth", "v"), ("a1", "v"), ("a-b", "v"), ("k", "\x01"), ("k", "\u{e9}")] {
+        for (key, value) in [
+            ("", "v"),
+            ("auth", "v"),
+            ("a1", "v"),
+            ("a-b", "v"),
+            ("k", "\x01"),
+            ("k", "\u{e9}"),
+        ] {
             assert!(SaslExtension::new(key, value).is_err(), "{key:?}={value:?}");
         }
         assert!(SaslExtension::new("Auth", "ok value\t").is_ok());
@@ -303,7 +314,10 @@ mod tests {
             })
             .collect();
         assert!(parse_extensions(&many.join(",")).is_err());
-        assert_eq!(parse_extensions(&many[..MAX_EXTENSIONS].join(",")).unwrap().len(), MAX_EXTENSIONS);
+        assert_eq!(
+            parse_extensions(&many[..MAX_EXTENSIONS].join(",")).unwrap().len(),
+            MAX_EXTENSIONS
+        );
     }
 
     #[test]
@@ -320,14 +334,22 @@ mod tests {
             "status invalid_token, required scope \"kafka\", openid-configuration https://idp/.well-known"
         );
         assert_eq!(
-            parse_server_error(br#"{"status":"invalid_token"}"#).unwrap().to_string(),
+            parse_server_error(br#"{"status":"invalid_token"}"#)
+                .unwrap()
+                .to_string(),
             "status invalid_token"
         );
         for bad in [&b"not json"[..], b"[]", b"{}", br#"{"status":1}"#, b"\xff\xfe"] {
-            assert!(matches!(parse_server_error(bad), Err(SaslError::Malformed { .. })), "{bad:?}");
+            assert!(
+                matches!(parse_server_error(bad), Err(SaslError::Malformed { .. })),
+                "{bad:?}"
+            );
         }
         let big = vec![b' '; MAX_SERVER_ERROR_LEN + 1];
-        assert!(matches!(parse_server_error(&big), Err(SaslError::MessageTooLarge { .. })));
+        assert!(matches!(
+            parse_server_error(&big),
+            Err(SaslError::MessageTooLarge { .. })
+        ));
         let long = format!(r#"{{"status":"{}\n"}}"#, "x".repeat(4000));
         let e = parse_server_error(long.as_bytes()).unwrap();
         assert_eq!(e.status.chars().count(), MAX_FIELD_CHARS);
