@@ -505,6 +505,15 @@ impl SecurityConfig {
                 // The token comes from our own provider through
                 // rust-rdkafka's `generate_oauth_token` callback (the
                 // backend's contexts), not librdkafka's OIDC (libcurl).
+                // That callback cannot pass SASL extensions.
+                if sasl.oauthbearer.as_ref().is_some_and(|o| !o.extensions.is_empty()) {
+                    return Err(ConnectorError::UnsupportedProperty {
+                        property: "sasl_oauthbearer_extensions".into(),
+                        reason: "SASL extensions (KIP-342) on backend 'rdkafka': rust-rdkafka's token callback \
+                                 cannot pass them to librdkafka; use backend = 'native'"
+                            .into(),
+                    });
+                }
                 p.set("enable.sasl.oauthbearer.unsecure.jwt", "false");
             } else {
                 p.set("sasl.username", sasl.username.clone());
