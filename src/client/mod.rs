@@ -85,7 +85,9 @@ pub use group_consumer::{
     RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
 };
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
-pub use oauth::{OAuthToken, OidcClientCredentials, OidcConfig, StaticTokenProvider, TokenError, TokenProvider};
+pub use oauth::{
+    OAuthToken, OidcClientCredentials, OidcConfig, StaticTokenProvider, TokenError, TokenFuture, TokenProvider,
+};
 pub use producer::{
     Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,
 };
