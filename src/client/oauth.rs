@@ -395,11 +395,16 @@ impl OidcClientCredentials {
         let mut tls = match self.tls.handshake(&broker, tcp, self.config.timeout).await {
             Ok(s) => s,
             Err(Error::Tls { kind, reason, .. }) => {
+                // The TLS layer speaks of brokers and their CA option.
+                let reason = reason
+                    .replace("the broker's", "the endpoint's")
+                    .replace("the broker", "the endpoint")
+                    .replace(super::tls::OPT_CA, "https.ca.location");
                 return Err(TokenError::Tls {
                     url: self.config.token_endpoint_url.clone(),
                     kind,
                     reason,
-                })
+                });
             }
             Err(other) => return Err(self.endpoint_error(other.to_string())),
         };

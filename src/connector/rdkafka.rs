@@ -357,7 +357,7 @@ impl OAuthHook {
                 })
             }
             Err(e) => {
-                let message = format!("OAUTHBEARER: no token: {e}");
+                let message = format!("SASL OAUTHBEARER authentication: no token: {e}");
                 tracing::warn!("librdkafka: {message}");
                 failure.record(&message);
                 Err(message.into())
