@@ -174,7 +174,7 @@ async fn plain_reauthenticates_without_failed_requests() {
 /// OAUTHBEARER on the OAUTH listener (also `connections.max.reauth.ms`
 /// = 10 s) with the Keycloak client whose tokens live 15 s: each session
 /// ends at the earlier of the two, and the shared OIDC provider fetches a
-/// new token once 80 % of the old one's life passed, so the run both
+/// new token at half of each 15 s token's life (10 s margin), so the run both
 /// re-authenticates and renews its token several times.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauthbearer_reauthenticates_with_fresh_tokens_without_failed_requests() {

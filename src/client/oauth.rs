@@ -12,7 +12,8 @@
 //!   librdkafka's `sasl.oauthbearer.method=oidc` do. The client id and
 //!   secret go by HTTP basic auth over HTTPS (the same rustls configuration
 //!   as the broker connections, [`TlsConfig`]); the token is cached and
-//!   fetched again once 80 % of its lifetime has passed. The response is
+//!   fetched again once 80 % of its lifetime has passed (and at least 10 s
+//!   before it expires, never before half of it). The response is
 //!   bounded (64 KiB) and the whole exchange by a timeout.
 //!
 //! A library user can implement [`TokenProvider`] to supply tokens from
@@ -524,7 +525,7 @@ impl TokenProvider for OidcClientCredentials {
                 .expires_at
                 .duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO);
-            let refresh_at = Instant::now() + lifetime.mul_f64(self.config.refresh_fraction);
+            let refresh_at = Instant::now() + refresh_after(lifetime, self.config.refresh_fraction);
             tracing::debug!(endpoint = %self.config.token_endpoint_url, principal = ?token.principal,
                 ?lifetime, "OAUTHBEARER token fetched");
             *cache = Some(Cached {
@@ -543,6 +544,20 @@ impl TokenProvider for OidcClientCredentials {
         format!("{:?}", self.config)
     }
 }
+
+/// When a token of `lifetime` is renewed: at `fraction` of it, but at
+/// least [`REFRESH_MARGIN`] before it expires (never before half of it). A
+/// connection that re-authenticates with a cached token gets a session
+/// only as long as the token's remaining life; the margin keeps that
+/// session long enough to be renewed in time even behind a long-poll Fetch.
+fn refresh_after(lifetime: Duration, fraction: f64) -> Duration {
+    let at_fraction = lifetime.mul_f64(fraction);
+    let with_margin = lifetime.saturating_sub(REFRESH_MARGIN);
+    at_fraction.min(with_margin).max(lifetime / 2)
+}
+
+/// See [`refresh_after`].
+const REFRESH_MARGIN: Duration = Duration::from_secs(10);
 
 fn clean(s: &str, max: usize) -> String {
     s.chars()
@@ -662,6 +677,15 @@ mod tests {
             let e = parse_url(bad).unwrap_err().to_string();
             assert!(e.contains(OPT_TOKEN_URL), "{e}");
         }
+    }
+
+    #[test]
+    fn refresh_points() {
+        let s = Duration::from_secs;
+        assert_eq!(refresh_after(s(3600), 0.8), s(2880));
+        assert_eq!(refresh_after(s(60), 0.8), s(48));
+        assert_eq!(refresh_after(s(15), 0.8), Duration::from_millis(7500));
+        assert_eq!(refresh_after(s(0), 0.8), s(0));
     }
 
     #[test]
