@@ -341,7 +341,10 @@ async fn native_refusal(o: &Oidc, provider: Arc<dyn TokenProvider>) -> String {
     let cluster = clink_kafka::client::Cluster::connect(config).await;
     let e = match cluster {
         Err(e) => e,
-        Ok(c) => c.any_broker().await.err().expect("an authentication failure"),
+        Ok(c) => match c.any_broker().await {
+            Err(e) => e,
+            Ok(_) => panic!("expected an authentication failure"),
+        },
     };
     e.to_string()
 }

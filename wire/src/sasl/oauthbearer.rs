@@ -154,13 +154,9 @@ pub fn initial_response(token: &Secret, extensions: &[SaslExtension]) -> Result<
             message: "too many OAUTHBEARER extensions (at most 64)",
         });
     }
-    let mut out = Vec::with_capacity(
-        16 + token.len()
-            + extensions
-                .iter()
-                .map(|e| e.key.len() + e.value.len() + 2)
-                .sum::<usize>(),
-    );
+    // Both bounded above: the token by MAX_TOKEN_LEN, the extensions by
+    // their count (their sizes only grow the Vec as needed).
+    let mut out = Vec::with_capacity(token.len().saturating_add(64));
     out.extend_from_slice(b"n,,\x01auth=Bearer ");
     out.extend_from_slice(token.as_bytes());
     out.push(0x01);
