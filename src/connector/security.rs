@@ -244,9 +244,10 @@ impl SecurityInputs {
             if mechanism == SaslMechanism::OAuthBearer {
                 Some(self.oauthbearer()?)
             } else {
-                if let Some(name) = OAUTH_OPTIONS.iter().find(|n| self.get(n).is_some()) {
-                    return Err(ConnectorError::ConflictingOptions {
-                        message: format!("{name} is set but sasl_mechanism is {mech:?}, not OAUTHBEARER"),
+                if let Some((_, written)) = OAUTH_OPTIONS.iter().find_map(|n| self.get(n)) {
+                    return Err(ConnectorError::UnsupportedProperty {
+                        property: written.to_owned(),
+                        reason: format!("an OAUTHBEARER setting, but sasl_mechanism is {mech:?}"),
                     });
                 }
                 let username = match self.get("sasl_username") {
@@ -325,12 +326,12 @@ impl SecurityInputs {
     /// The OAUTHBEARER settings: the OIDC client-credentials grant.
     fn oauthbearer(&self) -> Result<SaslConfig> {
         for name in ["sasl_username", "sasl_password"] {
-            if self.get(name).is_some() {
-                return Err(ConnectorError::ConflictingOptions {
-                    message: format!(
-                        "{name} is not used with sasl_mechanism OAUTHBEARER: give sasl_oauthbearer_client_id and \
-                         sasl_oauthbearer_client_secret"
-                    ),
+            if let Some((_, written)) = self.get(name) {
+                return Err(ConnectorError::UnsupportedProperty {
+                    property: written.to_owned(),
+                    reason: "not used with sasl_mechanism OAUTHBEARER: give sasl_oauthbearer_client_id and \
+                             sasl_oauthbearer_client_secret"
+                        .into(),
                 });
             }
         }
@@ -663,6 +664,65 @@ mod tests {
         let sasl = cfg.sasl.unwrap();
         assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
         assert_eq!(sasl.password.expose(), "canary-pw");
+    }
+
+    #[test]
+    fn oauthbearer_options_build_the_oidc_provider_with_extensions() {
+        let s = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "oauthbearer"),
+            ("sasl_oauthbearer_method", "OIDC"),
+            ("sasl_oauthbearer_token_endpoint_url", "https://idp.example/token"),
+            ("sasl_oauthbearer_client_id", "svc"),
+            ("sasl_oauthbearer_client_secret", "canary-secret"),
+            ("sasl_oauthbearer_scope", "kafka"),
+            ("sasl_oauthbearer_extensions", "traceId=abc,logicalCluster=lkc-1"),
+        ]);
+        let c = s.resolve().unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("canary-secret"), "{shown}");
+        assert!(shown.contains("idp.example"), "{shown}");
+        let oauth = c.sasl.as_ref().unwrap().oauthbearer.as_ref().unwrap();
+        let ext: Vec<(&str, &str)> = oauth.extensions.iter().map(|e| (e.key(), e.value())).collect();
+        assert_eq!(ext, [("traceId", "abc"), ("logicalCluster", "lkc-1")]);
+        let mut cfg = ClientConfig::new("h:1");
+        c.apply_to(&mut cfg).unwrap();
+        assert_eq!(cfg.sasl.unwrap().mechanism, SaslMechanism::OAuthBearer);
+        // librdkafka: the mechanism, never a secret; extensions refused.
+        let e = c.librdkafka_properties().unwrap_err();
+        assert_eq!(e.option(), Some("sasl_oauthbearer_extensions"), "{e}");
+        let mut no_ext = s.clone();
+        no_ext.values.remove("sasl_oauthbearer_extensions");
+        let p = no_ext.resolve().unwrap().librdkafka_properties().unwrap();
+        assert_eq!(p.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert!(p.get("sasl.password").is_none() && !format!("{p:?}").contains("canary"));
+
+        for (k, v) in [
+            ("sasl_oauthbearer_method", "default"),
+            ("sasl_oauthbearer_extensions", "auth=x"),
+            ("sasl_username", "u"),
+            ("sasl_oauthbearer_token_endpoint_url", "http://idp/token"),
+        ] {
+            let mut bad = s.clone();
+            bad.values.insert(k, (v.to_owned(), k.to_owned()));
+            let e = bad.resolve().unwrap_err();
+            assert_eq!(e.option(), Some(k), "{e}");
+            assert!(!e.to_string().contains("canary-secret"), "{e}");
+        }
+        let mut missing = s.clone();
+        missing.values.remove("sasl_oauthbearer_client_id");
+        let e = missing.resolve().unwrap_err();
+        assert_eq!(e.option(), Some("sasl_oauthbearer_client_id"), "{e}");
+        let e = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "PLAIN"),
+            ("sasl_username", "u"),
+            ("sasl_password", "p"),
+            ("sasl_oauthbearer_scope", "kafka"),
+        ])
+        .resolve()
+        .unwrap_err();
+        assert_eq!(e.option(), Some("sasl_oauthbearer_scope"), "{e}");
     }
 
     #[test]
