@@ -434,7 +434,7 @@ fn sasl_needs_a_mechanism_and_credentials() {
         ),
         "{e}"
     );
-    for mechanism in ["GSSAPI", "OAUTHBEARER"] {
+    for (mechanism, option) in [("GSSAPI", "sasl_mechanism"), ("OAUTHBEARER", "sasl_username")] {
         let e = check(
             FactoryKind::MessageSource,
             &[
@@ -446,7 +446,18 @@ fn sasl_needs_a_mechanism_and_credentials() {
         )
         .unwrap_err();
         assert!(matches!(e, ConnectorError::UnsupportedProperty { .. }), "{e}");
+        assert_eq!(e.option(), Some(option), "{e}");
     }
+    // OAUTHBEARER needs its token endpoint.
+    let e = check(
+        FactoryKind::MessageSource,
+        &[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "OAUTHBEARER"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(e.option(), Some("sasl_oauthbearer_token_endpoint_url"), "{e}");
 }
 
 #[test]
@@ -671,7 +682,7 @@ fn each_refused_configuration_is_refused_on_both_backends() {
     cases.push((
         vec![
             ("security_protocol", "sasl_ssl"),
-            ("kafka.sasl.mechanisms", "OAUTHBEARER"),
+            ("kafka.sasl.mechanisms", "GSSAPI"),
             ("sasl_username", "u"),
             ("sasl_password", "pw-canary"),
         ],
@@ -1060,6 +1071,13 @@ fn every_option_of_every_factory_is_shown_to_act() {
         ("sasl_mechanism", &["tests/connector_security.rs::source_and_sink_over_sasl_ssl_with_scram_sha_256_and_512"]),
         ("sasl_username", &["tests/connector_security.rs::source_and_sink_over_sasl_ssl_with_scram_sha_256_and_512"]),
         ("sasl_password", &["tests/connector_security.rs::a_wrong_scram_password_is_an_authentication_error_that_never_echoes_it"]),
+        ("sasl_oauthbearer_method", &["tests/sasl_oauth.rs::sink_and_source_with_keycloak_client_credentials", "src/connector/security.rs::oauthbearer_options_build_the_oidc_provider_with_extensions"]),
+        ("sasl_oauthbearer_token_endpoint_url", &["tests/sasl_oauth.rs::sink_and_source_with_keycloak_client_credentials"]),
+        ("sasl_oauthbearer_client_id", &["tests/sasl_oauth.rs::sink_and_source_with_keycloak_client_credentials"]),
+        ("sasl_oauthbearer_client_secret", &["tests/sasl_oauth.rs::a_wrong_client_secret_is_refused_by_the_endpoint"]),
+        ("sasl_oauthbearer_scope", &["tests/sasl_oauth.rs::a_token_without_the_kafka_audience_is_refused_by_the_broker"]),
+        ("sasl_oauthbearer_extensions", &["src/connector/security.rs::oauthbearer_options_build_the_oidc_provider_with_extensions"]),
+        ("https_ca_location", &["tests/sasl_oauth.rs::an_untrusted_endpoint_certificate_is_refused", "tests/sasl_oauth.rs::sink_and_source_with_keycloak_client_credentials"]),
         ("ssl_ca_location", &["tests/connector_security.rs::an_untrusted_ca_is_a_certificate_error", "tests/connector_security.rs::source_and_sink_over_tls"]),
         ("ssl_certificate_location", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),
         ("ssl_key_location", &["tests/connector_security.rs::source_and_sink_over_mtls_with_an_encrypted_key"]),

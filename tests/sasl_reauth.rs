@@ -1,6 +1,9 @@
 //! KIP-368 re-authentication against the sasl broker's REAUTH listener
 //! (`scripts/kafka-local up --sasl`: `connections.max.reauth.ms=10000`).
 //!
+//! OAUTHBEARER runs the same on the OAUTH listener (same 10 s sessions)
+//! with 15 s Keycloak tokens, renewed by the OIDC provider meanwhile.
+//!
 //! For SCRAM-SHA-512 and PLAIN, concurrently (so the binary takes about one
 //! run's time): a producer and a consumer share one cluster handle for
 //! `CLINK_KAFKA_REAUTH_TEST_SECS` (default 60) seconds. The broker connection
@@ -59,7 +62,13 @@ async fn produce_consume_across_reauthentications(mechanism: SaslMechanism) {
     let Some((bootstrap, user, password)) = reauth_env() else {
         return;
     };
-    let mut config = ClientConfig::new(&bootstrap).with_sasl(mechanism, user, Secret::new(password));
+    let config = ClientConfig::new(&bootstrap).with_sasl(mechanism, user, Secret::new(password));
+    run_across_reauthentications(config, mechanism).await;
+}
+
+/// The run itself on `config` (whose mechanism is `mechanism`); returns
+/// the Produce/Fetch connection's re-authentication count.
+async fn run_across_reauthentications(mut config: ClientConfig, mechanism: SaslMechanism) -> u64 {
     config.client_id = format!("clink-reauth-{}", mechanism.name().to_ascii_lowercase());
     config.request_timeout = Duration::from_secs(15);
     let cluster = common::cluster(config).await;
@@ -164,6 +173,7 @@ async fn produce_consume_across_reauthentications(mechanism: SaslMechanism) {
         reauths >= 4,
         "{mechanism}: only {reauths} re-authentications in {elapsed:?}"
     );
+    reauths
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,4 +184,37 @@ async fn scram_sha_512_reauthenticates_without_failed_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_reauthenticates_without_failed_requests() {
     produce_consume_across_reauthentications(SaslMechanism::Plain).await;
+}
+
+/// OAUTHBEARER on the OAUTH listener (also `connections.max.reauth.ms`
+/// = 10 s) with the Keycloak client whose tokens live 15 s: each session
+/// ends at the earlier of the two, and the shared OIDC provider fetches a
+/// new token at half of each 15 s token's life (10 s margin), so the run both
+/// re-authenticates and renews its token several times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauthbearer_reauthenticates_with_fresh_tokens_without_failed_requests() {
+    use clink_kafka::client::{OAuthBearerConfig, OidcClientCredentials, OidcConfig, TlsConfig, TokenProvider};
+    let vars = [
+        "CLINK_KAFKA_OAUTH_BOOTSTRAP",
+        "CLINK_KAFKA_OIDC_TOKEN_URL",
+        "CLINK_KAFKA_OIDC_SHORT_CLIENT_ID",
+        "CLINK_KAFKA_OIDC_SHORT_CLIENT_SECRET",
+        "CLINK_KAFKA_OIDC_SCOPE",
+        "CLINK_KAFKA_OIDC_CA",
+    ];
+    let mut v = Vec::new();
+    for var in vars {
+        let Some(value) = common::required_env(var) else { return };
+        v.push(value);
+    }
+    let oidc = OidcConfig::new(v[1].clone(), v[2].clone(), Secret::new(v[3].clone()))
+        .with_scope(v[4].clone())
+        .with_tls(TlsConfig::default().with_ca_file(&v[5]));
+    let provider: std::sync::Arc<dyn TokenProvider> =
+        std::sync::Arc::new(OidcClientCredentials::new(oidc).expect("the OIDC provider"));
+    let config = ClientConfig::new(&v[0]).with_oauthbearer(OAuthBearerConfig::new(provider.clone()));
+    let reauths = run_across_reauthentications(config, SaslMechanism::OAuthBearer).await;
+    let fetches = provider.fetches();
+    eprintln!("OAUTHBEARER: {fetches} token fetches for {reauths} re-authentications of the data connection");
+    assert!(fetches >= 3, "only {fetches} token fetches: tokens live 15 s");
 }

@@ -57,7 +57,8 @@ pub struct ConnectArgs {
     /// Bootstrap brokers, comma-separated host:port.
     #[arg(long, env = "CLINK_KAFKA_BROKERS", default_value = DEFAULT_BROKERS)]
     pub brokers: String,
-    /// SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_PLAINTEXT listener).
+    /// SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER
+    /// (SASL_PLAINTEXT listener; OAUTHBEARER takes the --sasl-oauthbearer-* flags).
     #[arg(long)]
     pub sasl_mechanism: Option<String>,
     /// SASL user name.
@@ -70,6 +71,27 @@ pub struct ConnectArgs {
     /// prefer --sasl-password-env.
     #[arg(long)]
     pub sasl_password: Option<String>,
+    /// OAUTHBEARER: the OIDC token endpoint (https://), for the
+    /// client-credentials grant (sasl.oauthbearer.token.endpoint.url).
+    #[arg(long, value_name = "URL")]
+    pub sasl_oauthbearer_token_endpoint_url: Option<String>,
+    /// OAUTHBEARER: the OAuth client id (sasl.oauthbearer.client.id).
+    #[arg(long, value_name = "ID")]
+    pub sasl_oauthbearer_client_id: Option<String>,
+    /// OAUTHBEARER: name of the environment variable holding the client
+    /// secret (never on the command line).
+    #[arg(long, value_name = "VAR")]
+    pub sasl_oauthbearer_client_secret_env: Option<String>,
+    /// OAUTHBEARER: the scope to request (sasl.oauthbearer.scope).
+    #[arg(long, value_name = "SCOPE")]
+    pub sasl_oauthbearer_scope: Option<String>,
+    /// OAUTHBEARER: SASL extensions, key=value,... (KIP-342).
+    #[arg(long, value_name = "LIST")]
+    pub sasl_oauthbearer_extensions: Option<String>,
+    /// OAUTHBEARER: PEM CA file to trust for the token endpoint
+    /// (https.ca.location; default: the built-in Mozilla roots).
+    #[arg(long, value_name = "FILE")]
+    pub sasl_oauthbearer_ca: Option<std::path::PathBuf>,
     /// security.protocol: plaintext, ssl, sasl_plaintext or sasl_ssl
     /// (case-insensitive). Default: plaintext, or what the --sasl-* and
     /// --tls-* options given imply (never less than they ask for).
@@ -122,15 +144,34 @@ impl ConnectArgs {
             (None, Some(p)) => Some(Secret::new(p.clone())),
             (None, None) => None,
         };
-        match (&self.sasl_mechanism, &self.sasl_username, password) {
-            (None, None, None) => {}
-            (Some(m), Some(user), Some(password)) => {
-                let mechanism: SaslMechanism = m.parse().context("--sasl-mechanism")?;
-                config = config.with_sasl(mechanism, user.clone(), password);
+        let oauth = self
+            .sasl_mechanism
+            .as_deref()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("OAUTHBEARER"));
+        if let Some(flag) = self.first_oauth_flag().filter(|_| !oauth) {
+            bail!("{flag} needs --sasl-mechanism OAUTHBEARER");
+        }
+        if oauth {
+            if self.sasl_username.is_some() || password.is_some() {
+                bail!(
+                    "--sasl-mechanism OAUTHBEARER takes no --sasl-username/--sasl-password: give \
+                     --sasl-oauthbearer-client-id and --sasl-oauthbearer-client-secret-env"
+                );
             }
-            (None, _, _) => bail!("--sasl-username/--sasl-password need --sasl-mechanism"),
-            (Some(_), None, _) => bail!("--sasl-mechanism needs --sasl-username"),
-            (Some(_), Some(_), None) => bail!("--sasl-mechanism needs --sasl-password-env VAR (or --sasl-password)"),
+            config = config.with_oauthbearer(self.oauthbearer()?);
+        } else {
+            match (&self.sasl_mechanism, &self.sasl_username, password) {
+                (None, None, None) => {}
+                (Some(m), Some(user), Some(password)) => {
+                    let mechanism: SaslMechanism = m.parse().context("--sasl-mechanism")?;
+                    config = config.with_sasl(mechanism, user.clone(), password);
+                }
+                (None, _, _) => bail!("--sasl-username/--sasl-password need --sasl-mechanism"),
+                (Some(_), None, _) => bail!("--sasl-mechanism needs --sasl-username"),
+                (Some(_), Some(_), None) => {
+                    bail!("--sasl-mechanism needs --sasl-password-env VAR (or --sasl-password)")
+                }
+            }
         }
         let tls = self.tls_config()?;
         let tls_option = self.first_tls_flag();
@@ -161,6 +202,63 @@ impl ConnectArgs {
         }
         config.validate().context("checking the security options")?;
         Ok(config)
+    }
+
+    /// The first --sasl-oauthbearer-* flag given.
+    fn first_oauth_flag(&self) -> Option<&'static str> {
+        [
+            (
+                self.sasl_oauthbearer_token_endpoint_url.is_some(),
+                "--sasl-oauthbearer-token-endpoint-url",
+            ),
+            (
+                self.sasl_oauthbearer_client_id.is_some(),
+                "--sasl-oauthbearer-client-id",
+            ),
+            (
+                self.sasl_oauthbearer_client_secret_env.is_some(),
+                "--sasl-oauthbearer-client-secret-env",
+            ),
+            (self.sasl_oauthbearer_scope.is_some(), "--sasl-oauthbearer-scope"),
+            (
+                self.sasl_oauthbearer_extensions.is_some(),
+                "--sasl-oauthbearer-extensions",
+            ),
+            (self.sasl_oauthbearer_ca.is_some(), "--sasl-oauthbearer-ca"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    }
+
+    /// The OAUTHBEARER token source: the OIDC client-credentials grant.
+    fn oauthbearer(&self) -> anyhow::Result<clink_kafka::client::OAuthBearerConfig> {
+        use clink_kafka::client::{OidcClientCredentials, OidcConfig, TlsConfig};
+        let Some(url) = &self.sasl_oauthbearer_token_endpoint_url else {
+            bail!("--sasl-mechanism OAUTHBEARER needs --sasl-oauthbearer-token-endpoint-url URL");
+        };
+        let Some(id) = &self.sasl_oauthbearer_client_id else {
+            bail!("--sasl-mechanism OAUTHBEARER needs --sasl-oauthbearer-client-id ID");
+        };
+        let Some(var) = &self.sasl_oauthbearer_client_secret_env else {
+            bail!("--sasl-mechanism OAUTHBEARER needs --sasl-oauthbearer-client-secret-env VAR");
+        };
+        let secret = Secret::new(
+            std::env::var(var).with_context(|| format!("reading the OAUTHBEARER client secret from ${var}"))?,
+        );
+        let mut oidc = OidcConfig::new(url.clone(), id.clone(), secret);
+        oidc.scope = self.sasl_oauthbearer_scope.clone();
+        if let Some(ca) = &self.sasl_oauthbearer_ca {
+            oidc.tls = TlsConfig::default().with_ca_file(ca);
+        }
+        let provider = OidcClientCredentials::new(oidc).context("the --sasl-oauthbearer-* options")?;
+        let extensions = match &self.sasl_oauthbearer_extensions {
+            None => Vec::new(),
+            Some(list) => clink_kafka::wire::sasl::oauthbearer::parse_extensions(list)
+                .context("--sasl-oauthbearer-extensions (key=value,... with keys of ASCII letters)")?,
+        };
+        let mut oauth = clink_kafka::client::OAuthBearerConfig::new(provider.into_provider());
+        oauth.extensions = extensions;
+        Ok(oauth)
     }
 
     /// The first --tls-* option given, by its flag.

@@ -53,6 +53,7 @@ pub(crate) mod group_admin;
 pub(crate) mod group_consumer;
 pub(crate) mod log_proof;
 pub(crate) mod metrics;
+pub mod oauth;
 pub(crate) mod partitioner;
 pub(crate) mod producer;
 pub mod properties;
@@ -84,6 +85,9 @@ pub use group_consumer::{
     RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
 };
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
+pub use oauth::{
+    OAuthToken, OidcClientCredentials, OidcConfig, StaticTokenProvider, TokenError, TokenFuture, TokenProvider,
+};
 pub use producer::{
     Acks, DeliveryFuture, DeliveryReport, IntoTopic, Producer, ProducerConfig, ProducerIdentity, ProducerRecord,
 };
@@ -191,6 +195,38 @@ pub struct SaslConfig {
     pub username: String,
     /// The password (Debug prints `***`).
     pub password: Secret,
+    /// OAUTHBEARER: where tokens come from (required with
+    /// `SaslMechanism::OAuthBearer`, which ignores `username` and
+    /// `password`).
+    pub oauthbearer: Option<OAuthBearerConfig>,
+}
+
+/// SASL/OAUTHBEARER settings: the token source and the KIP-342 extensions.
+#[derive(Clone)]
+pub struct OAuthBearerConfig {
+    /// Asked for a token at every authentication and re-authentication.
+    pub provider: std::sync::Arc<dyn TokenProvider>,
+    /// Sent after the token (`sasl.oauthbearer.extensions`).
+    pub extensions: Vec<clink_kafka_wire::sasl::oauthbearer::SaslExtension>,
+}
+
+impl OAuthBearerConfig {
+    /// Tokens from `provider`, no extensions.
+    pub fn new(provider: std::sync::Arc<dyn TokenProvider>) -> Self {
+        OAuthBearerConfig {
+            provider,
+            extensions: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for OAuthBearerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthBearerConfig")
+            .field("provider", &self.provider.describe())
+            .field("extensions", &self.extensions)
+            .finish()
+    }
 }
 
 /// How to reach the cluster and how long to wait for it.
@@ -392,6 +428,7 @@ impl ClientConfig {
             mechanism,
             username: username.into(),
             password,
+            oauthbearer: None,
         });
         self.security_protocol = match self.security_protocol {
             SecurityProtocol::Plaintext => SecurityProtocol::SaslPlaintext,
@@ -399,6 +436,17 @@ impl ClientConfig {
             other => other,
         };
         self
+    }
+
+    /// The same configuration with SASL/OAUTHBEARER: tokens from
+    /// `oauth.provider`. The protocol changes as with
+    /// [`ClientConfig::with_sasl`].
+    pub fn with_oauthbearer(self, oauth: OAuthBearerConfig) -> Self {
+        let mut c = self.with_sasl(SaslMechanism::OAuthBearer, "", Secret::default());
+        if let Some(sasl) = &mut c.sasl {
+            sasl.oauthbearer = Some(oauth);
+        }
+        c
     }
 
     /// The same configuration over TLS. The protocol becomes `SSL` (from
@@ -443,6 +491,16 @@ impl ClientConfig {
                 })
             }
             _ => {}
+        }
+        if let Some(sasl) = &self.sasl {
+            if sasl.mechanism == SaslMechanism::OAuthBearer && sasl.oauthbearer.is_none() {
+                return Err(Error::Config {
+                    option: "sasl.oauthbearer.method",
+                    message: "OAUTHBEARER needs a token source: sasl.oauthbearer.method=oidc with \
+                              sasl.oauthbearer.token.endpoint.url, or a TokenProvider"
+                        .into(),
+                });
+            }
         }
         if !protocol.uses_tls() {
             if let Some(option) = self.tls.first_set_option() {

@@ -223,6 +223,13 @@ pub enum Setting {
     SslKeyPassword,
     SslEndpointIdentification,
     SslCertificateVerification,
+    OAuthMethod,
+    OAuthTokenUrl,
+    OAuthClientId,
+    OAuthClientSecret,
+    OAuthScope,
+    OAuthExtensions,
+    OAuthCaLocation,
     GroupId,
     AutoOffsetReset,
     FetchMaxWait,
@@ -310,7 +317,14 @@ impl Setting {
             | S::SslKeyLocation
             | S::SslKeyPassword
             | S::SslEndpointIdentification
-            | S::SslCertificateVerification => Target::Client,
+            | S::SslCertificateVerification
+            | S::OAuthMethod
+            | S::OAuthTokenUrl
+            | S::OAuthClientId
+            | S::OAuthClientSecret
+            | S::OAuthScope
+            | S::OAuthExtensions
+            | S::OAuthCaLocation => Target::Client,
             S::AutoOffsetReset
             | S::FetchMaxWait
             | S::FetchMinBytes
@@ -414,6 +428,17 @@ pub fn treatment(name: &str) -> Option<Treatment> {
         "ssl.key.password" => Applied(S::SslKeyPassword),
         "ssl.endpoint.identification.algorithm" => Applied(S::SslEndpointIdentification),
         "enable.ssl.certificate.verification" => Applied(S::SslCertificateVerification),
+        // OAUTHBEARER (OIDC client credentials): librdkafka's names, and
+        // Java's for the client id and secret.
+        "sasl.oauthbearer.method" => Applied(S::OAuthMethod),
+        "sasl.oauthbearer.token.endpoint.url" => Applied(S::OAuthTokenUrl),
+        "sasl.oauthbearer.client.id" | "sasl.oauthbearer.client.credentials.client.id" => Applied(S::OAuthClientId),
+        "sasl.oauthbearer.client.secret" | "sasl.oauthbearer.client.credentials.client.secret" => {
+            Applied(S::OAuthClientSecret)
+        }
+        "sasl.oauthbearer.scope" => Applied(S::OAuthScope),
+        "sasl.oauthbearer.extensions" => Applied(S::OAuthExtensions),
+        "https.ca.location" => Applied(S::OAuthCaLocation),
         // Consumer.
         "group.id" => Applied(S::GroupId),
         "auto.offset.reset" => Applied(S::AutoOffsetReset),
@@ -524,9 +549,7 @@ pub fn treatment(name: &str) -> Option<Treatment> {
         }
 
         // librdkafka has it, the native client does not.
-        "ssl.key.pem" | "ssl.certificate.pem" | "ssl.ca.pem" | "https.ca.pem" | "https.ca.location" => {
-            Unsupported(PEM_FILES)
-        }
+        "ssl.key.pem" | "ssl.certificate.pem" | "ssl.ca.pem" | "https.ca.pem" => Unsupported(PEM_FILES),
         "ssl.keystore.location" | "ssl.keystore.password" | "ssl.truststore.location" | "ssl.truststore.password" => {
             Unsupported(PEM_FILES)
         }
@@ -703,6 +726,21 @@ struct SecurityParts {
     key_password: Option<Secret>,
     hostname_verification: Option<bool>,
     verify_certificate: Option<bool>,
+    oauth: OAuthParts,
+}
+
+/// The `sasl.oauthbearer.*` settings, gathered.
+#[derive(Default)]
+struct OAuthParts {
+    /// Whether any was given (refused without OAUTHBEARER).
+    given: Option<&'static str>,
+    method_oidc: Option<bool>,
+    token_url: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<Secret>,
+    scope: Option<String>,
+    extensions: Option<String>,
+    ca: Option<PathBuf>,
 }
 
 /// A property's value as `name` was given it.
@@ -950,10 +988,11 @@ impl ClientProperties {
                     "PLAIN" => SaslMechanism::Plain,
                     "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
                     "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
+                    "OAUTHBEARER" => SaslMechanism::OAuthBearer,
                     _ => {
-                        return Err(v.invalid(
-                            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not implemented)",
-                        ))
+                        return Err(
+                            v.invalid("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not implemented)")
+                        )
                     }
                 })
             }
@@ -971,6 +1010,35 @@ impl ClientProperties {
                 })
             }
             S::SslCertificateVerification => sec.verify_certificate = Some(v.bool()?),
+            S::OAuthMethod
+            | S::OAuthTokenUrl
+            | S::OAuthClientId
+            | S::OAuthClientSecret
+            | S::OAuthScope
+            | S::OAuthExtensions
+            | S::OAuthCaLocation => {
+                let o = &mut sec.oauth;
+                o.given.get_or_insert(v.name);
+                match setting {
+                    S::OAuthMethod => {
+                        o.method_oidc = Some(match v.value.trim().to_ascii_lowercase().as_str() {
+                            "oidc" => true,
+                            "default" => {
+                                return Err(v.invalid(
+                                    "oidc (the unsecured 'default' method builds unsigned tokens: not supported)",
+                                ))
+                            }
+                            _ => return Err(v.invalid("oidc")),
+                        })
+                    }
+                    S::OAuthTokenUrl => o.token_url = Some(v.text()?),
+                    S::OAuthClientId => o.client_id = Some(v.text()?),
+                    S::OAuthClientSecret => o.client_secret = Some(Secret::new(v.text()?)),
+                    S::OAuthScope => o.scope = Some(v.text()?),
+                    S::OAuthExtensions => o.extensions = Some(v.value.to_owned()),
+                    _ => o.ca = Some(v.text()?.into()),
+                }
+            }
             S::GroupId => self.group_id = Some(v.text()?),
             S::AutoOffsetReset => {
                 con.auto_offset_reset = match v.value.trim().to_ascii_lowercase().as_str() {
@@ -1056,7 +1124,44 @@ impl ClientProperties {
 
     fn finish_security(&mut self, s: SecurityParts) -> Result<()> {
         let c = &mut self.client;
-        if let Some(mechanism) = s.mechanism.or(s.username.as_ref().map(|_| SaslMechanism::Plain)) {
+        if s.mechanism == Some(SaslMechanism::OAuthBearer) {
+            if let Some(option) = [
+                ("sasl.username", s.username.is_some()),
+                ("sasl.password", s.password.is_some()),
+            ]
+            .into_iter()
+            .find_map(|(o, set)| set.then_some(o))
+            {
+                return Err(Error::Config {
+                    option,
+                    message: "not used by sasl.mechanism=OAUTHBEARER: give sasl.oauthbearer.client.id and \
+                              sasl.oauthbearer.client.secret"
+                        .into(),
+                });
+            }
+            if !c.security_protocol.uses_sasl() {
+                return Err(Error::Config {
+                    option: "security.protocol",
+                    message: format!(
+                        "sasl.mechanism=OAUTHBEARER but security.protocol is {}: the token would never be \
+                         presented; allowed: sasl_plaintext, sasl_ssl",
+                        c.security_protocol
+                    ),
+                });
+            }
+            let oauth = oauth_from_parts(s.oauth)?;
+            c.sasl = Some(SaslConfig {
+                mechanism: SaslMechanism::OAuthBearer,
+                username: String::new(),
+                password: Secret::default(),
+                oauthbearer: Some(oauth),
+            });
+        } else if let Some(option) = s.oauth.given {
+            return Err(Error::Config {
+                option,
+                message: "set without sasl.mechanism=OAUTHBEARER".into(),
+            });
+        } else if let Some(mechanism) = s.mechanism.or(s.username.as_ref().map(|_| SaslMechanism::Plain)) {
             let (Some(username), Some(password)) = (s.username, s.password) else {
                 return Err(Error::Config {
                     option: "sasl.username",
@@ -1077,6 +1182,7 @@ impl ClientProperties {
                 mechanism,
                 username,
                 password,
+                oauthbearer: None,
             });
         } else if s.password.is_some() {
             return Err(Error::Config {
@@ -1100,6 +1206,41 @@ impl ClientProperties {
         }
         Ok(())
     }
+}
+
+/// The OAUTHBEARER token source from the `sasl.oauthbearer.*` settings:
+/// the OIDC client-credentials grant (the only method supported).
+fn oauth_from_parts(o: OAuthParts) -> Result<crate::client::OAuthBearerConfig> {
+    use crate::client::oauth::{self, OidcClientCredentials, OidcConfig};
+    let need = |v: Option<String>, option: &'static str| {
+        v.ok_or_else(|| Error::Config {
+            option,
+            message: "required by sasl.mechanism=OAUTHBEARER (sasl.oauthbearer.method=oidc)".into(),
+        })
+    };
+    let url = need(o.token_url, oauth::OPT_TOKEN_URL)?;
+    let id = need(o.client_id, oauth::OPT_CLIENT_ID)?;
+    let secret = o.client_secret.ok_or_else(|| Error::Config {
+        option: oauth::OPT_CLIENT_SECRET,
+        message: "required by sasl.mechanism=OAUTHBEARER (sasl.oauthbearer.method=oidc)".into(),
+    })?;
+    let mut config = OidcConfig::new(url, id, secret);
+    config.scope = o.scope;
+    if let Some(ca) = o.ca {
+        config.tls = TlsConfig::default().with_ca_file(ca);
+    }
+    let provider = OidcClientCredentials::new(config).map_err(|e| match e {
+        Error::Config { option, message } if option == crate::client::tls::OPT_CA => Error::Config {
+            option: "https.ca.location",
+            message,
+        },
+        e => e,
+    })?;
+    let extensions = oauth::extensions_from(o.extensions.as_deref(), "sasl.oauthbearer.extensions")?;
+    Ok(crate::client::OAuthBearerConfig {
+        provider: std::sync::Arc::new(provider),
+        extensions,
+    })
 }
 
 impl ClientProperties {

@@ -15,10 +15,11 @@
 use bytes::Bytes;
 use clink_kafka_wire::kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::sasl::oauthbearer::{self, ServerReply};
 use clink_kafka_wire::sasl::{nonce_from_random_bytes, plain_initial_response, SaslMechanism, ScramClient};
 use clink_kafka_wire::KafkaCode;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::connection::{BrokerConnection, Route};
 use super::SaslConfig;
@@ -85,6 +86,41 @@ pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig, rou
             client
                 .handle_server_final(&server_final)
                 .map_err(|e| fail(e.to_string()))?;
+            lifetime
+        }
+        SaslMechanism::OAuthBearer => {
+            let Some(oauth) = &sasl.oauthbearer else {
+                return Err(fail("no token source configured (sasl.oauthbearer.method)".into()));
+            };
+            let token = oauth
+                .provider
+                .token()
+                .await
+                .map_err(|e| fail(format!("no token: {e}")))?;
+            let first =
+                oauthbearer::initial_response(&token.token, &oauth.extensions).map_err(|e| fail(e.to_string()))?;
+            let (reply, lifetime) = step(first).await?;
+            match oauthbearer::handle_server_reply(&reply) {
+                ServerReply::Success => {}
+                ServerReply::Failure(document) => {
+                    // RFC 7628 §3.2.3: acknowledge; the broker then fails
+                    // the exchange with its own message.
+                    let detail = match document {
+                        Ok(d) => d.to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    let expired = token.expires_at <= SystemTime::now();
+                    let hint = if expired { " (the token had expired)" } else { "" };
+                    return Err(match step(oauthbearer::FAILURE_ACK.to_vec()).await {
+                        Err(Error::Authentication { message, .. }) => {
+                            fail(format!("token refused: {detail}{hint}; broker: {message}"))
+                        }
+                        _ => fail(format!("token refused: {detail}{hint}")),
+                    });
+                }
+            }
+            tracing::debug!(broker = %conn.broker(), principal = ?token.principal, ?lifetime,
+                "OAUTHBEARER authenticated");
             lifetime
         }
         other => return Err(fail(format!("mechanism {other} is not implemented by this client"))),

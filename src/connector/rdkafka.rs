@@ -303,14 +303,87 @@ fn on_error(failure: &SecurityFailure, error: &KafkaError, reason: &str) {
     failure.record(reason);
 }
 
+/// OAUTHBEARER tokens for librdkafka: rust-rdkafka's `generate_oauth_token`
+/// callback (with `ENABLE_REFRESH_OAUTH_TOKEN`) asks the configured
+/// [`TokenProvider`](crate::client::TokenProvider) (the crate's OIDC
+/// client-credentials provider, the same as the native client's), so the
+/// bundled librdkafka needs no libcurl. librdkafka calls it before the first
+/// connection and again at 80 % of each token's lifetime; re-authentication
+/// (KIP-368) then presents the fresh token.
+#[derive(Clone, Default)]
+pub struct OAuthHook(Option<Arc<dyn crate::client::TokenProvider>>);
+
+impl OAuthHook {
+    fn of(security: &SecurityConfig) -> Self {
+        OAuthHook(
+            security
+                .sasl
+                .as_ref()
+                .and_then(|s| s.oauthbearer.as_ref())
+                .map(|o| o.provider.clone()),
+        )
+    }
+
+    /// A token, fetched on a thread of its own (the callback runs on a
+    /// librdkafka polling thread, maybe inside the runtime). A failure is
+    /// recorded as a security failure, so a waiting call ends with it.
+    fn token(
+        &self,
+        failure: &SecurityFailure,
+    ) -> std::result::Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        let Some(provider) = self.0.clone() else {
+            return Err("sasl.mechanism=OAUTHBEARER without a token provider (sasl_oauthbearer_*)".into());
+        };
+        let fetched = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("starting the token fetch: {e}"))?;
+            rt.block_on(provider.token()).map_err(|e| e.to_string())
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the token fetch panicked".into()));
+        match fetched {
+            Ok(t) => {
+                let lifetime_ms = t
+                    .expires_at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis().min(i64::MAX as u128) as i64)
+                    .unwrap_or(0);
+                Ok(rdkafka::client::OAuthToken {
+                    token: t.token.expose().to_owned(),
+                    principal_name: t.principal.unwrap_or_else(|| "clink-kafka".into()),
+                    lifetime_ms,
+                })
+            }
+            Err(e) => {
+                let message = format!("SASL OAUTHBEARER authentication: no token: {e}");
+                tracing::warn!("librdkafka: {message}");
+                failure.record(&message);
+                Err(message.into())
+            }
+        }
+    }
+}
+
 /// The consumer's context: librdkafka's logs to `tracing`, and the last
 /// security failure kept (the producers' is [`ProducerReports`]).
 #[derive(Clone, Default)]
 pub struct FailureContext {
     failure: Arc<SecurityFailure>,
+    oauth: OAuthHook,
 }
 
 impl ClientContext for FailureContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> std::result::Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.oauth.token(&self.failure)
+    }
+
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         on_log(&self.failure, level, fac, log_message);
     }
@@ -620,7 +693,10 @@ impl RdkafkaConsumer {
             max_poll_bytes: cc.max_poll_bytes.max(1),
             consumer: None,
             queue: None,
-            context: FailureContext::default(),
+            context: FailureContext {
+                oauth: OAuthHook::of(&options.security),
+                ..FailureContext::default()
+            },
             assigned: false,
             ready: Arc::new(Notify::new()),
             deferred: None,
@@ -1004,9 +1080,19 @@ impl Rebalances {
 pub struct GroupContext {
     failure: Arc<SecurityFailure>,
     rebalances: Arc<Rebalances>,
+    oauth: OAuthHook,
 }
 
 impl ClientContext for GroupContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> std::result::Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.oauth.token(&self.failure)
+    }
+
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         on_log(&self.failure, level, fac, log_message);
     }
@@ -1150,7 +1236,10 @@ impl RdkafkaGroupConsumer {
             request_timeout: client.request_timeout,
             max_poll_records: cc.max_poll_records.max(1),
             consumer: None,
-            context: GroupContext::default(),
+            context: GroupContext {
+                oauth: OAuthHook::of(&options.security),
+                ..GroupContext::default()
+            },
             ready: Arc::new(Notify::new()),
             deferred: None,
         })
@@ -1576,9 +1665,19 @@ pub struct ProducerReports {
     ledger: Arc<Ledger>,
     cell: Arc<IdentityCell>,
     failure: Arc<SecurityFailure>,
+    oauth: OAuthHook,
 }
 
 impl ClientContext for ProducerReports {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> std::result::Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.oauth.token(&self.failure)
+    }
+
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         on_log(&self.failure, level, fac, log_message);
     }
@@ -1650,7 +1749,9 @@ impl RdkafkaProducer {
     pub fn new(options: &SinkOptions) -> Result<Self> {
         let config = producer_config(options)?;
         validate(&config)?;
-        Ok(RdkafkaProducer::with_config(config))
+        let mut producer = RdkafkaProducer::with_config(config);
+        producer.reports.oauth = OAuthHook::of(&options.security);
+        Ok(producer)
     }
 
     fn with_config(config: RdConfig) -> Self {
@@ -1920,9 +2021,11 @@ impl RdkafkaTransactionalProducer {
         config.set("statistics.interval.ms", ms(STATISTICS_INTERVAL));
         config.set("transactional.id", "clink-validate");
         validate(&config)?;
+        let mut inner = RdkafkaProducer::with_config(config.clone());
+        inner.reports.oauth = OAuthHook::of(&options.security);
         Ok(RdkafkaTransactionalProducer {
-            options_config: config.clone(),
-            inner: RdkafkaProducer::with_config(config),
+            options_config: config,
+            inner,
             transactional_id: None,
             identity_fresh: false,
         })

@@ -89,6 +89,24 @@ pub const SECURITY_OPTIONS: &[&str] = &[
     "ssl_key_password",
     "ssl_endpoint_identification_algorithm",
     "enable_ssl_certificate_verification",
+    "sasl_oauthbearer_method",
+    "sasl_oauthbearer_token_endpoint_url",
+    "sasl_oauthbearer_client_id",
+    "sasl_oauthbearer_client_secret",
+    "sasl_oauthbearer_scope",
+    "sasl_oauthbearer_extensions",
+    "https_ca_location",
+];
+
+/// The OAUTHBEARER options (refused with any other mechanism).
+const OAUTH_OPTIONS: &[&str] = &[
+    "sasl_oauthbearer_method",
+    "sasl_oauthbearer_token_endpoint_url",
+    "sasl_oauthbearer_client_id",
+    "sasl_oauthbearer_client_secret",
+    "sasl_oauthbearer_scope",
+    "sasl_oauthbearer_extensions",
+    "https_ca_location",
 ];
 
 /// librdkafka property → the alias it is the same setting as.
@@ -104,6 +122,15 @@ pub fn alias_of_property(property: &str) -> Option<&'static str> {
         "ssl.key.password" => "ssl_key_password",
         "ssl.endpoint.identification.algorithm" => "ssl_endpoint_identification_algorithm",
         "enable.ssl.certificate.verification" => "enable_ssl_certificate_verification",
+        "sasl.oauthbearer.method" => "sasl_oauthbearer_method",
+        "sasl.oauthbearer.token.endpoint.url" => "sasl_oauthbearer_token_endpoint_url",
+        "sasl.oauthbearer.client.id" | "sasl.oauthbearer.client.credentials.client.id" => "sasl_oauthbearer_client_id",
+        "sasl.oauthbearer.client.secret" | "sasl.oauthbearer.client.credentials.client.secret" => {
+            "sasl_oauthbearer_client_secret"
+        }
+        "sasl.oauthbearer.scope" => "sasl_oauthbearer_scope",
+        "sasl.oauthbearer.extensions" => "sasl_oauthbearer_extensions",
+        "https.ca.location" => "https_ca_location",
         _ => return None,
     })
 }
@@ -154,7 +181,10 @@ impl SecurityInputs {
 
         // Credentials without SASL would be configured and never presented.
         if !protocol.uses_sasl() {
-            for name in ["sasl_username", "sasl_password", "sasl_mechanism"] {
+            for name in ["sasl_username", "sasl_password", "sasl_mechanism"]
+                .iter()
+                .chain(OAUTH_OPTIONS)
+            {
                 if let Some((_, written)) = self.get(name) {
                     return Err(ConnectorError::InsecureConfig {
                         option: written.to_owned(),
@@ -211,29 +241,40 @@ impl SecurityInputs {
                 });
             };
             let mechanism = parse_mechanism(mech_key, mech)?;
-            let username = match self.get("sasl_username") {
-                Some((v, _)) if !v.is_empty() => v.to_owned(),
-                _ => {
-                    return Err(ConnectorError::MissingOption {
-                        option: "sasl_username",
-                        factory: "a SASL security_protocol",
-                    })
+            if mechanism == SaslMechanism::OAuthBearer {
+                Some(self.oauthbearer()?)
+            } else {
+                if let Some((_, written)) = OAUTH_OPTIONS.iter().find_map(|n| self.get(n)) {
+                    return Err(ConnectorError::UnsupportedProperty {
+                        property: written.to_owned(),
+                        reason: format!("an OAUTHBEARER setting, but sasl_mechanism is {mech:?}"),
+                    });
                 }
-            };
-            let password = match self.get("sasl_password") {
-                Some((v, _)) if !v.is_empty() => Secret::new(v),
-                _ => {
-                    return Err(ConnectorError::MissingOption {
-                        option: "sasl_password",
-                        factory: "a SASL security_protocol",
-                    })
-                }
-            };
-            Some(SaslConfig {
-                mechanism,
-                username,
-                password,
-            })
+                let username = match self.get("sasl_username") {
+                    Some((v, _)) if !v.is_empty() => v.to_owned(),
+                    _ => {
+                        return Err(ConnectorError::MissingOption {
+                            option: "sasl_username",
+                            factory: "a SASL security_protocol",
+                        })
+                    }
+                };
+                let password = match self.get("sasl_password") {
+                    Some((v, _)) if !v.is_empty() => Secret::new(v),
+                    _ => {
+                        return Err(ConnectorError::MissingOption {
+                            option: "sasl_password",
+                            factory: "a SASL security_protocol",
+                        })
+                    }
+                };
+                Some(SaslConfig {
+                    mechanism,
+                    username,
+                    password,
+                    oauthbearer: None,
+                })
+            }
         } else {
             None
         };
@@ -281,22 +322,92 @@ impl SecurityInputs {
     }
 }
 
+impl SecurityInputs {
+    /// The OAUTHBEARER settings: the OIDC client-credentials grant.
+    fn oauthbearer(&self) -> Result<SaslConfig> {
+        for name in ["sasl_username", "sasl_password"] {
+            if let Some((_, written)) = self.get(name) {
+                return Err(ConnectorError::UnsupportedProperty {
+                    property: written.to_owned(),
+                    reason: "not used with sasl_mechanism OAUTHBEARER: give sasl_oauthbearer_client_id and \
+                             sasl_oauthbearer_client_secret"
+                        .into(),
+                });
+            }
+        }
+        if let Some((v, k)) = self.get("sasl_oauthbearer_method") {
+            if !v.trim().eq_ignore_ascii_case("oidc") {
+                return Err(ConnectorError::invalid(
+                    k,
+                    v,
+                    "oidc (the client-credentials grant; librdkafka's unsecured 'default' is not supported)",
+                ));
+            }
+        }
+        let need = |option: &'static str| match self.get(option) {
+            Some((v, _)) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+            _ => Err(ConnectorError::MissingOption {
+                option,
+                factory: "sasl_mechanism OAUTHBEARER",
+            }),
+        };
+        let url = need("sasl_oauthbearer_token_endpoint_url")?;
+        let id = need("sasl_oauthbearer_client_id")?;
+        let secret = Secret::new(need("sasl_oauthbearer_client_secret")?);
+        let mut oidc = crate::client::OidcConfig::new(url, id, secret);
+        oidc.scope = self.get("sasl_oauthbearer_scope").map(|(v, _)| v.trim().to_owned());
+        if let Some((ca, _)) = self.get("https_ca_location") {
+            oidc.tls = TlsConfig::default().with_ca_file(ca);
+        }
+        let provider = crate::client::OidcClientCredentials::new(oidc).map_err(|e| match e {
+            crate::error::Error::Config { option, message } => ConnectorError::InvalidOption {
+                option: match option {
+                    "ssl.ca.location" => "https_ca_location",
+                    "sasl.oauthbearer.token.endpoint.url" => "sasl_oauthbearer_token_endpoint_url",
+                    o => o,
+                }
+                .into(),
+                value: String::new(),
+                expected: message,
+            },
+            e => e.into(),
+        })?;
+        let extensions = match self.get("sasl_oauthbearer_extensions") {
+            None => Vec::new(),
+            Some((v, k)) => clink_kafka_wire::sasl::oauthbearer::parse_extensions(v).map_err(|e| {
+                ConnectorError::invalid(k, v, format!("key=value,... with keys of ASCII letters ({e})"))
+            })?,
+        };
+        Ok(SaslConfig {
+            mechanism: SaslMechanism::OAuthBearer,
+            username: String::new(),
+            password: Secret::default(),
+            oauthbearer: Some(crate::client::OAuthBearerConfig {
+                provider: std::sync::Arc::new(provider),
+                extensions,
+            }),
+        })
+    }
+}
+
 fn parse_mechanism(option: &str, value: &str) -> Result<SaslMechanism> {
     match value.trim().to_ascii_uppercase().as_str() {
         "PLAIN" => Ok(SaslMechanism::Plain),
         "SCRAM-SHA-256" => Ok(SaslMechanism::ScramSha256),
         "SCRAM-SHA-512" => Ok(SaslMechanism::ScramSha512),
-        "GSSAPI" | "OAUTHBEARER" => Err(ConnectorError::UnsupportedProperty {
+        "OAUTHBEARER" => Ok(SaslMechanism::OAuthBearer),
+        "GSSAPI" => Err(ConnectorError::UnsupportedProperty {
             property: option.to_owned(),
             reason: format!(
-                "SASL mechanism {} is not implemented by the native client; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                "SASL mechanism {} is not implemented by the native client; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 \
+                 or OAUTHBEARER",
                 value.trim()
             ),
         }),
         _ => Err(ConnectorError::invalid(
             option,
             value,
-            "one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not implemented)",
+            "one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not implemented)",
         )),
     }
 }
@@ -391,8 +502,24 @@ impl SecurityConfig {
                 });
             }
             p.set("sasl.mechanism", sasl.mechanism.name());
-            p.set("sasl.username", sasl.username.clone());
-            p.set("sasl.password", sasl.password.expose());
+            if sasl.mechanism == SaslMechanism::OAuthBearer {
+                // The token comes from our own provider through
+                // rust-rdkafka's `generate_oauth_token` callback (the
+                // backend's contexts), not librdkafka's OIDC (libcurl).
+                // That callback cannot pass SASL extensions.
+                if sasl.oauthbearer.as_ref().is_some_and(|o| !o.extensions.is_empty()) {
+                    return Err(ConnectorError::UnsupportedProperty {
+                        property: "sasl_oauthbearer_extensions".into(),
+                        reason: "SASL extensions (KIP-342) on backend 'rdkafka': rust-rdkafka's token callback \
+                                 cannot pass them to librdkafka; use backend = 'native'"
+                            .into(),
+                    });
+                }
+                p.set("enable.sasl.oauthbearer.unsecure.jwt", "false");
+            } else {
+                p.set("sasl.username", sasl.username.clone());
+                p.set("sasl.password", sasl.password.expose());
+            }
         } else if self.protocol.uses_sasl() {
             return Err(ConnectorError::MissingOption {
                 option: "sasl_mechanism",
@@ -497,12 +624,14 @@ pub fn librdkafka_passthrough_refusal(property: &str) -> Option<String> {
         "plugin.library.paths" => {
             Some("loads C plugins that can rewrite the configuration after the security checks".into())
         }
-        p if p.starts_with("sasl.kerberos.")
-            || p.starts_with("sasl.oauthbearer")
-            || p == "enable.sasl.oauthbearer.unsecure.jwt" =>
-        {
-            Some("SASL mechanisms other than PLAIN and SCRAM are not supported on either backend".into())
+        p if p.starts_with("sasl.kerberos.") => {
+            Some("SASL mechanisms other than PLAIN, SCRAM and OAUTHBEARER are not supported on either backend".into())
         }
+        p if p.starts_with("sasl.oauthbearer") || p == "enable.sasl.oauthbearer.unsecure.jwt" => Some(
+            "OAUTHBEARER is configured through the sasl_oauthbearer_* options (the token comes from this \
+             crate's provider on both backends)"
+                .into(),
+        ),
         _ => None,
     }
 }
@@ -535,6 +664,65 @@ mod tests {
         let sasl = cfg.sasl.unwrap();
         assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
         assert_eq!(sasl.password.expose(), "canary-pw");
+    }
+
+    #[test]
+    fn oauthbearer_options_build_the_oidc_provider_with_extensions() {
+        let s = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "oauthbearer"),
+            ("sasl_oauthbearer_method", "OIDC"),
+            ("sasl_oauthbearer_token_endpoint_url", "https://idp.example/token"),
+            ("sasl_oauthbearer_client_id", "svc"),
+            ("sasl_oauthbearer_client_secret", "canary-secret"),
+            ("sasl_oauthbearer_scope", "kafka"),
+            ("sasl_oauthbearer_extensions", "traceId=abc,logicalCluster=lkc-1"),
+        ]);
+        let c = s.resolve().unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("canary-secret"), "{shown}");
+        assert!(shown.contains("idp.example"), "{shown}");
+        let oauth = c.sasl.as_ref().unwrap().oauthbearer.as_ref().unwrap();
+        let ext: Vec<(&str, &str)> = oauth.extensions.iter().map(|e| (e.key(), e.value())).collect();
+        assert_eq!(ext, [("traceId", "abc"), ("logicalCluster", "lkc-1")]);
+        let mut cfg = ClientConfig::new("h:1");
+        c.apply_to(&mut cfg).unwrap();
+        assert_eq!(cfg.sasl.unwrap().mechanism, SaslMechanism::OAuthBearer);
+        // librdkafka: the mechanism, never a secret; extensions refused.
+        let e = c.librdkafka_properties().unwrap_err();
+        assert_eq!(e.option(), Some("sasl_oauthbearer_extensions"), "{e}");
+        let mut no_ext = s.clone();
+        no_ext.values.remove("sasl_oauthbearer_extensions");
+        let p = no_ext.resolve().unwrap().librdkafka_properties().unwrap();
+        assert_eq!(p.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert!(p.get("sasl.password").is_none() && !format!("{p:?}").contains("canary"));
+
+        for (k, v) in [
+            ("sasl_oauthbearer_method", "default"),
+            ("sasl_oauthbearer_extensions", "auth=x"),
+            ("sasl_username", "u"),
+            ("sasl_oauthbearer_token_endpoint_url", "http://idp/token"),
+        ] {
+            let mut bad = s.clone();
+            bad.values.insert(k, (v.to_owned(), k.to_owned()));
+            let e = bad.resolve().unwrap_err();
+            assert_eq!(e.option(), Some(k), "{e}");
+            assert!(!e.to_string().contains("canary-secret"), "{e}");
+        }
+        let mut missing = s.clone();
+        missing.values.remove("sasl_oauthbearer_client_id");
+        let e = missing.resolve().unwrap_err();
+        assert_eq!(e.option(), Some("sasl_oauthbearer_client_id"), "{e}");
+        let e = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "PLAIN"),
+            ("sasl_username", "u"),
+            ("sasl_password", "p"),
+            ("sasl_oauthbearer_scope", "kafka"),
+        ])
+        .resolve()
+        .unwrap_err();
+        assert_eq!(e.option(), Some("sasl_oauthbearer_scope"), "{e}");
     }
 
     #[test]

@@ -296,6 +296,12 @@ pub fn scram(data: &[u8]) {
     crate::sasl::fuzzing::scram_server_messages(data);
 }
 
+/// Target `oauthbearer`: the OAUTHBEARER server error reply, extension
+/// lists and tokens.
+pub fn oauthbearer(data: &[u8]) {
+    crate::sasl::fuzzing::oauthbearer(data);
+}
+
 /// Target `confluent_frame`: the Schema Registry framing, both layouts; a
 /// frame that decodes re-encodes to the same bytes.
 pub fn confluent_frame(data: &[u8]) {
@@ -347,6 +353,7 @@ mod corpus_replay {
         "produce",
         "confluent_frame",
         "group",
+        "oauthbearer",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -368,6 +375,7 @@ mod corpus_replay {
             "group" => {
                 crate::group::fuzzing::group(data);
             }
+            "oauthbearer" => oauthbearer(data),
             other => panic!("unknown target {other}"),
         }
     }
@@ -585,6 +593,17 @@ mod corpus_replay {
         both.extend_from_slice(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
         write("scram", "first-and-final", &both);
         write("scram", "error", b"e=invalid-proof");
+        write(
+            "oauthbearer",
+            "server-error",
+            br#"{"status":"invalid_token","scope":"kafka","openid-configuration":"https://idp/.well-known/openid-configuration"}"#,
+        );
+        write("oauthbearer", "extensions", b"traceId=1,logicalCluster=lkc-1");
+        write(
+            "oauthbearer",
+            "token",
+            b"eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln\xffjunk",
+        );
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
         }

@@ -34,6 +34,19 @@ fn the_table_has_every_documented_property_once_and_classifies_each() {
     assert!(matches!(treatment("enable.auto.commit"), Some(Treatment::Fixed { .. })));
 }
 
+/// A self-signed CA certificate (made with openssl for these tests; no key
+/// is kept), written once to a temporary file: `https.ca.location` is read
+/// when the configuration is built.
+fn unit_ca_file() -> &'static str {
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIBkDCCATegAwIBAgIUOVI7GJDRghUDHfpggJqIjKf2KWYwCgYIKoZIzj0EAwIw\nHTEbMBkGA1UEAwwSY2xpbmsgdW5pdCB0ZXN0IENBMCAXDTI2MTIwNjAwMjkyNFoY\nDzIxMjYxMTEyMDAyOTI0WjAdMRswGQYDVQQDDBJjbGluayB1bml0IHRlc3QgQ0Ew\nWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAARtpzF3uJ/6GrR7ewMzPWEjY82siL0w\n+u3CLsu6TQc9uA/lWliSglkSBhCTAFhcFtu8azl69JTovkXougpyfFuIo1MwUTAd\nBgNVHQ4EFgQULhrf0N9uZhcvNKsho7YzgxAz1RkwHwYDVR0jBBgwFoAULhrf0N9u\nZhcvNKsho7YzgxAz1RkwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNHADBE\nAiByjyZrgBdgZoUPx0uMuaeGjLV8mbCAG7YRnJXLpLYBhQIgCDQNYS1ouuLlMoub\nWOeZBU+sMrQdfulQ4a8R8oYyIEQ=\n-----END CERTIFICATE-----\n";
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("clink-properties-unit-ca-{}.pem", std::process::id()));
+        std::fs::write(&path, PEM).expect("writing the unit CA");
+        path.to_str().expect("a UTF-8 temp path").to_owned()
+    })
+}
+
 /// A value for each applied property that differs from the default, with
 /// what it needs alongside.
 fn sample(setting: Setting, name: &'static str) -> Vec<(&'static str, &'static str)> {
@@ -112,6 +125,33 @@ fn sample(setting: Setting, name: &'static str) -> Vec<(&'static str, &'static s
         S::Retries => one("3"),
         S::TransactionalId => one("tx"),
         S::TransactionTimeout | S::TransactionMaxBlock => vec![("transactional.id", "tx"), (name, "5000")],
+        S::OAuthMethod
+        | S::OAuthTokenUrl
+        | S::OAuthClientId
+        | S::OAuthClientSecret
+        | S::OAuthScope
+        | S::OAuthExtensions
+        | S::OAuthCaLocation => {
+            let value = match setting {
+                S::OAuthMethod => "oidc",
+                S::OAuthTokenUrl => "https://idp.example:8443/token",
+                S::OAuthClientId => "svc",
+                S::OAuthClientSecret => "s3",
+                S::OAuthScope => "kafka",
+                S::OAuthExtensions => "traceId=1",
+                _ => unit_ca_file(),
+            };
+            let mut v: Vec<(&'static str, &'static str)> = vec![
+                ("security.protocol", "sasl_plaintext"),
+                ("sasl.mechanism", "OAUTHBEARER"),
+                ("sasl.oauthbearer.token.endpoint.url", "https://idp:1/t"),
+                ("sasl.oauthbearer.client.id", "id"),
+                ("sasl.oauthbearer.client.secret", "s"),
+            ];
+            v.retain(|(k, _)| treatment(k) != Some(Treatment::Applied(setting)));
+            v.push((name, value));
+            v
+        }
     }
 }
 
@@ -131,6 +171,11 @@ fn every_applied_property_changes_the_configuration() {
         let p = parse(&pairs).unwrap_or_else(|e| panic!("{name}: {pairs:?}: {e}"));
         if setting == Setting::Retries {
             assert_eq!(p.ignored, vec![name], "{name} is warned about");
+            continue;
+        }
+        if setting == Setting::OAuthMethod {
+            // oidc is the one method, and the default: checked below.
+            assert!(parse(&[(name, "default")]).is_err(), "{name}=default is refused");
             continue;
         }
         // Without the property itself (where others came with it), the
@@ -338,8 +383,8 @@ fn every_property_is_routed_to_its_role_or_refused_by_the_shortcuts() {
         let p = ClientProperties::parse(all.iter().copied()).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(p.applied.contains(&(name, target)), "{name}: applied {:?}", p.applied);
         // It lands where its target says (Retries is accepted and warned
-        // about; Bootstrap has no default to differ from).
-        if !matches!(setting, Setting::Retries | Setting::Bootstrap) {
+        // about; Bootstrap has no default to differ from, nor OAuthMethod).
+        if !matches!(setting, Setting::Retries | Setting::Bootstrap | Setting::OAuthMethod) {
             let without: Vec<_> = pairs.iter().copied().filter(|(k, _)| *k != name).collect();
             let reference = if without.len() == pairs.len() || without.is_empty() {
                 Some(base.clone())
