@@ -296,6 +296,11 @@ pub fn scram(data: &[u8]) {
     crate::sasl::fuzzing::scram_server_messages(data);
 }
 
+/// Target `gssapi`: the SASL GSSAPI state machine over a scripted context.
+pub fn gssapi(data: &[u8]) {
+    crate::sasl::fuzzing::gssapi_server_messages(data);
+}
+
 /// Target `confluent_frame`: the Schema Registry framing, both layouts; a
 /// frame that decodes re-encodes to the same bytes.
 pub fn confluent_frame(data: &[u8]) {
@@ -347,6 +352,7 @@ mod corpus_replay {
         "produce",
         "confluent_frame",
         "group",
+        "gssapi",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -368,6 +374,7 @@ mod corpus_replay {
             "group" => {
                 crate::group::fuzzing::group(data);
             }
+            "gssapi" => gssapi(data),
             other => panic!("unknown target {other}"),
         }
     }
@@ -585,6 +592,9 @@ mod corpus_replay {
         both.extend_from_slice(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
         write("scram", "first-and-final", &both);
         write("scram", "error", b"e=invalid-proof");
+        write("gssapi", "one-round", b"\x01srv\xffW\x07\x00\x10\x00");
+        write("gssapi", "no-round", b"\x00W\x01\x00\x00\x00\xff");
+        write("gssapi", "bad-offer", b"\x02srv\xffsrv\xffW\x04\x00\x00\x00");
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
         }

@@ -128,7 +128,7 @@ impl ScramClient {
         let hash = match mechanism {
             SaslMechanism::ScramSha256 => HashAlg::Sha256,
             SaslMechanism::ScramSha512 => HashAlg::Sha512,
-            SaslMechanism::Plain => {
+            _ => {
                 return Err(invalid("mechanism is not a SCRAM mechanism"));
             }
         };
