@@ -27,6 +27,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub mod gssapi;
+pub mod keytab;
 mod plain;
 mod scram;
 
@@ -214,6 +215,12 @@ pub mod fuzzing {
             let result = client.handle_server(message);
             assert!(!was_complete || result.is_err());
             let _ = format!("{client:?}");
+        }
+        // The same bytes as a keytab file.
+        if let Ok(entries) = super::keytab::parse_keytab(data) {
+            for e in entries {
+                let _ = (e.principal(), format!("{e:?}"));
+            }
         }
     }
 }
