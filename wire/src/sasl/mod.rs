@@ -9,12 +9,17 @@
 //!   Kafka's [KIP-84]), including the `tokenauth=true` extension Kafka uses
 //!   for delegation tokens ([KIP-48]).
 //!
+//! * [`GssapiClient`]: GSSAPI / Kerberos V5 ([RFC 4752]) over a
+//!   [`GssContext`]; with [`keytab`] (MIT keytab files) and [`kdc_frame`]
+//!   (Kerberos over TCP framing) for the context's implementation.
+//!
 //! The module is sans-IO and draws no random numbers: the SCRAM client nonce
 //! is supplied by the caller (see [`nonce_from_random_bytes`]).
 //!
 //! No error or `Debug` output contains a password or a key derived from one.
 //! Hostile server input yields a [`SaslError`], never a panic.
 //!
+//! [RFC 4752]: https://www.rfc-editor.org/rfc/rfc4752
 //! [RFC 4616]: https://www.rfc-editor.org/rfc/rfc4616
 //! [RFC 5802]: https://www.rfc-editor.org/rfc/rfc5802
 //! [RFC 7677]: https://www.rfc-editor.org/rfc/rfc7677
@@ -27,6 +32,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub mod gssapi;
+pub mod kdc_frame;
 pub mod keytab;
 mod plain;
 mod scram;
@@ -216,6 +222,8 @@ pub mod fuzzing {
             assert!(!was_complete || result.is_err());
             let _ = format!("{client:?}");
         }
+        // The same bytes as a buffered KDC reply.
+        let _ = super::kdc_frame::kdc_reply_body(data);
         // The same bytes as a keytab file.
         if let Ok(entries) = super::keytab::parse_keytab(data) {
             for e in entries {
