@@ -157,17 +157,17 @@ impl<C: GssContext> GssapiClient<C> {
 /// Builds the client's security-layer answer to the server's unwrapped
 /// offer: RFC 4752 section 3.1.
 pub fn negotiate(offer: &[u8], authz_id: &str) -> Result<Vec<u8>, SaslError> {
-    if offer.len() != 4 {
+    let [layers, _, _, _] = offer else {
         return Err(SaslError::Malformed {
             message: "GSSAPI security-layer offer is not 4 bytes",
         });
-    }
-    if offer[0] & LAYER_NONE == 0 {
+    };
+    if layers & LAYER_NONE == 0 {
         return Err(SaslError::Malformed {
             message: "GSSAPI server does not offer \"no security layer\"",
         });
     }
-    let mut out = Vec::with_capacity(4 + authz_id.len());
+    let mut out = Vec::with_capacity(authz_id.len().saturating_add(4));
     out.extend_from_slice(&[LAYER_NONE, 0, 0, 0]);
     out.extend_from_slice(authz_id.as_bytes());
     Ok(out)

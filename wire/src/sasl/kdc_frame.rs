@@ -22,7 +22,7 @@ pub fn frame_kdc_request(message: &[u8]) -> Result<Vec<u8>, SaslError> {
             maximum: MAX_KDC_REQUEST,
         });
     }
-    let mut out = Vec::with_capacity(4 + message.len());
+    let mut out = Vec::with_capacity(message.len().saturating_add(4));
     out.extend_from_slice(&(message.len() as u32).to_be_bytes());
     out.extend_from_slice(message);
     Ok(out)
@@ -56,11 +56,10 @@ pub fn kdc_reply_length(prefix: [u8; 4]) -> Result<usize, SaslError> {
 /// when more bytes are needed. Errors as [`kdc_reply_length`], and when the
 /// buffer holds bytes beyond the announced reply.
 pub fn kdc_reply_body(buffer: &[u8]) -> Result<Option<&[u8]>, SaslError> {
-    let Some(prefix) = buffer.get(..4) else {
+    let Some((prefix, body)) = buffer.split_first_chunk::<4>() else {
         return Ok(None);
     };
-    let length = kdc_reply_length([prefix[0], prefix[1], prefix[2], prefix[3]])?;
-    let body = &buffer[4..];
+    let length = kdc_reply_length(*prefix)?;
     match body.len().cmp(&length) {
         std::cmp::Ordering::Less => Ok(None),
         std::cmp::Ordering::Equal => Ok(Some(body)),

@@ -107,22 +107,30 @@ impl<'a> Reader<'a> {
         }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], KeytabError> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.data.len());
-        let end = end.ok_or_else(|| self.err("field runs past the end of the entry"))?;
-        let out = &self.data[self.pos..end];
-        self.pos = end;
+        let out = self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.data.get(self.pos..end))
+            .ok_or_else(|| self.err("field runs past the end of the entry"))?;
+        self.pos = self.pos.saturating_add(n);
         Ok(out)
     }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], KeytabError> {
+        let b = self.take(N)?;
+        b.try_into()
+            .map_err(|_| self.err("field runs past the end of the entry"))
+    }
     fn u8(&mut self) -> Result<u8, KeytabError> {
-        Ok(self.take(1)?[0])
+        Ok(u8::from_be_bytes(self.array()?))
     }
     fn u16(&mut self) -> Result<u16, KeytabError> {
-        let b = self.take(2)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
+        Ok(u16::from_be_bytes(self.array()?))
     }
     fn u32(&mut self) -> Result<u32, KeytabError> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_be_bytes(self.array()?))
+    }
+    fn remaining(&self) -> usize {
+        self.data.len().saturating_sub(self.pos)
     }
     fn octets(&mut self) -> Result<&'a [u8], KeytabError> {
         let n = self.u16()?;
@@ -139,44 +147,38 @@ pub fn parse_keytab(data: &[u8]) -> Result<Vec<KeytabEntry>, KeytabError> {
     if data.len() > MAX_KEYTAB_BYTES {
         return Err(KeytabError::TooLarge(data.len()));
     }
-    let version = match data {
-        [a, b, ..] => u16::from_be_bytes([*a, *b]),
-        _ => {
-            return Err(KeytabError::Malformed {
-                offset: 0,
-                message: "shorter than the 2-byte version",
-            })
-        }
+    let Some((version, _)) = data.split_first_chunk::<2>() else {
+        return Err(KeytabError::Malformed {
+            offset: 0,
+            message: "shorter than the 2-byte version",
+        });
     };
+    let version = u16::from_be_bytes(*version);
     if version != 0x0502 {
         return Err(KeytabError::Version(version));
     }
     let mut entries = Vec::new();
-    let mut pos = 2;
-    while pos < data.len() {
-        let rest = &data[pos..];
-        if rest.len() < 4 {
-            // A trailing partial size field: MIT writes none, treat as corrupt.
+    let mut pos = 2usize;
+    while let Some(rest) = data.get(pos..).filter(|r| !r.is_empty()) {
+        // A trailing partial size field: MIT writes none, treat as corrupt.
+        let Some((size, after)) = rest.split_first_chunk::<4>() else {
             return Err(KeytabError::Malformed {
                 offset: pos,
                 message: "truncated entry size",
             });
-        }
-        let size = i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
-        let body_start = pos + 4;
+        };
+        let size = i32::from_be_bytes(*size);
         let len = usize::try_from(size.unsigned_abs()).unwrap_or(usize::MAX);
-        let body_end = body_start
-            .checked_add(len)
-            .filter(|e| *e <= data.len())
-            .ok_or(KeytabError::Malformed {
-                offset: pos,
-                message: "entry size runs past the end of the file",
-            })?;
+        let body = after.get(..len).ok_or(KeytabError::Malformed {
+            offset: pos,
+            message: "entry size runs past the end of the file",
+        })?;
+        let body_end = pos.saturating_add(4).saturating_add(len);
         if size > 0 {
             if entries.len() == MAX_KEYTAB_ENTRIES {
                 return Err(KeytabError::TooManyEntries);
             }
-            entries.push(parse_entry(&data[body_start..body_end], pos)?);
+            entries.push(parse_entry(body, pos)?);
         } else if size == 0 {
             // MIT stops at a zero size (end of data).
             break;
@@ -203,7 +205,7 @@ fn parse_entry(body: &[u8], offset: usize) -> Result<KeytabEntry, KeytabError> {
     let kvno8 = r.u8()?;
     let enctype = r.u16()?;
     let key = KeyBytes(r.octets()?.to_vec());
-    let kvno = if body.len() - r.pos >= 4 {
+    let kvno = if r.remaining() >= 4 {
         match r.u32()? {
             0 => u32::from(kvno8),
             v => v,
