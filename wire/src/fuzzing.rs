@@ -595,7 +595,8 @@ mod corpus_replay {
         write("gssapi", "one-round", b"\x01srv\xffW\x07\x00\x10\x00");
         write("gssapi", "no-round", b"\x00W\x01\x00\x00\x00\xff");
         write("gssapi", "bad-offer", b"\x02srv\xffsrv\xffW\x04\x00\x00\x00");
-        // gssapi also has seed-keytab, a synthetic two-entry keytab (not regenerated here).
+        // gssapi also has seed-keytab (a synthetic two-entry keytab) and
+        // seed-wrap-token (an RFC 4121 acceptor token), not regenerated here.
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
         }

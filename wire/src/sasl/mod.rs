@@ -34,6 +34,7 @@ use std::str::FromStr;
 pub mod gssapi;
 pub mod kdc_frame;
 pub mod keytab;
+pub mod krb_wrap;
 mod plain;
 mod scram;
 
@@ -224,6 +225,8 @@ pub mod fuzzing {
         }
         // The same bytes as a buffered KDC reply.
         let _ = super::kdc_frame::kdc_reply_body(data);
+        // The same bytes as an acceptor's wrap token (checksum: a fixed stand-in).
+        let _ = super::krb_wrap::unwrap_acceptor(data, |_, _| Ok(vec![0; 12]));
         // The same bytes as a keytab file.
         if let Ok(entries) = super::keytab::parse_keytab(data) {
             for e in entries {
