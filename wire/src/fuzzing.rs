@@ -302,6 +302,11 @@ pub fn oauthbearer(data: &[u8]) {
     crate::sasl::fuzzing::oauthbearer(data);
 }
 
+/// Target `gssapi`: the SASL GSSAPI state machine over a scripted context.
+pub fn gssapi(data: &[u8]) {
+    crate::sasl::fuzzing::gssapi_server_messages(data);
+}
+
 /// Target `confluent_frame`: the Schema Registry framing, both layouts; a
 /// frame that decodes re-encodes to the same bytes.
 pub fn confluent_frame(data: &[u8]) {
@@ -354,6 +359,7 @@ mod corpus_replay {
         "confluent_frame",
         "group",
         "oauthbearer",
+        "gssapi",
     ];
 
     fn run(target: &str, data: &[u8]) {
@@ -376,6 +382,7 @@ mod corpus_replay {
                 crate::group::fuzzing::group(data);
             }
             "oauthbearer" => oauthbearer(data),
+            "gssapi" => gssapi(data),
             other => panic!("unknown target {other}"),
         }
     }
@@ -604,6 +611,11 @@ mod corpus_replay {
             "token",
             b"eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln\xffjunk",
         );
+        write("gssapi", "one-round", b"\x01srv\xffW\x07\x00\x10\x00");
+        write("gssapi", "no-round", b"\x00W\x01\x00\x00\x00\xff");
+        write("gssapi", "bad-offer", b"\x02srv\xffsrv\xffW\x04\x00\x00\x00");
+        // gssapi also has seed-keytab (a synthetic two-entry keytab) and
+        // seed-wrap-token (an RFC 4121 acceptor token), not regenerated here.
         for (name, seed) in crate::fetcher::fuzzing::seeds() {
             write("fetch", name, &seed);
         }
