@@ -158,7 +158,16 @@ async fn gap_after(key: ApiKey, throttle_ms: i32, max_throttle: Duration) -> Dur
         "{key:?}: muted or not, against the throttle of {throttle_ms} ms"
     );
     send(&conn, key).await;
-    let log = peer.log.lock().unwrap().clone();
+    // The peer logs an answer after writing it, so the client may read the
+    // second answer before the peer has logged it: wait (bounded) for it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = peer.log.lock().unwrap().clone();
+        if log.iter().filter(|(k, _, _)| *k == key).count() >= 2 || Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
     let throttled: Vec<_> = log.iter().filter(|(k, _, _)| *k == key).collect();
     assert_eq!(throttled.len(), 2, "{key:?}: {log:?}");
     throttled[1].1.duration_since(throttled[0].2)
