@@ -434,7 +434,8 @@ fn sasl_needs_a_mechanism_and_credentials() {
         ),
         "{e}"
     );
-    for (mechanism, option) in [("GSSAPI", "sasl_mechanism"), ("OAUTHBEARER", "sasl_username")] {
+    // GSSAPI and OAUTHBEARER take no username/password.
+    for (mechanism, option) in [("GSSAPI", "sasl_username"), ("OAUTHBEARER", "sasl_username")] {
         let e = check(
             FactoryKind::MessageSource,
             &[
@@ -465,7 +466,7 @@ fn unsupported_passthrough_properties_are_named() {
     for (kind, property) in [
         (FactoryKind::MessageSink, "kafka.client.rack"),
         (FactoryKind::MessageSource, "kafka.ssl.keystore.location"),
-        (FactoryKind::MessageSource, "kafka.sasl.kerberos.service.name"),
+        (FactoryKind::MessageSource, "kafka.sasl.kerberos.kinit.cmd"),
         (FactoryKind::MessageSource, "kafka.session.timeout.ms"),
         (FactoryKind::MessageSink, "kafka.transactional.id"),
         (FactoryKind::MessageSink, "kafka.no.such.property"),
@@ -636,7 +637,7 @@ fn each_refused_configuration_is_refused_on_both_backends() {
         ),
         (
             vec![("sasl_mechanism", "GSSAPI"), ("security_protocol", "sasl_plaintext")],
-            "sasl_mechanism",
+            "sasl_kerberos_principal",
             false,
         ),
         (
@@ -678,7 +679,7 @@ fn each_refused_configuration_is_refused_on_both_backends() {
         over_sasl.push((property, "true"));
         cases.push((over_sasl, property, false));
     }
-    // The other mechanisms are refused on both, whichever key names them.
+    // GSSAPI takes no password, whichever key names the mechanism.
     cases.push((
         vec![
             ("security_protocol", "sasl_ssl"),
@@ -686,7 +687,7 @@ fn each_refused_configuration_is_refused_on_both_backends() {
             ("sasl_username", "u"),
             ("sasl_password", "pw-canary"),
         ],
-        "kafka.sasl.mechanisms",
+        "sasl_username",
         false,
     ));
     // TLS material in the passthrough over a plaintext transport.

@@ -57,8 +57,9 @@ pub struct ConnectArgs {
     /// Bootstrap brokers, comma-separated host:port.
     #[arg(long, env = "CLINK_KAFKA_BROKERS", default_value = DEFAULT_BROKERS)]
     pub brokers: String,
-    /// SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER
-    /// (SASL_PLAINTEXT listener; OAUTHBEARER takes the --sasl-oauthbearer-* flags).
+    /// SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or
+    /// GSSAPI (SASL_PLAINTEXT listener; OAUTHBEARER takes the
+    /// --sasl-oauthbearer-* flags, GSSAPI the --sasl-kerberos-* flags).
     #[arg(long)]
     pub sasl_mechanism: Option<String>,
     /// SASL user name.
@@ -92,6 +93,20 @@ pub struct ConnectArgs {
     /// (https.ca.location; default: the built-in Mozilla roots).
     #[arg(long, value_name = "FILE")]
     pub sasl_oauthbearer_ca: Option<std::path::PathBuf>,
+    /// GSSAPI: the broker's Kerberos service name
+    /// (sasl.kerberos.service.name; default kafka).
+    #[arg(long, value_name = "NAME")]
+    pub sasl_kerberos_service_name: Option<String>,
+    /// GSSAPI: the client principal, name@REALM (sasl.kerberos.principal).
+    #[arg(long, value_name = "PRINCIPAL")]
+    pub sasl_kerberos_principal: Option<String>,
+    /// GSSAPI: MIT keytab holding the principal's key (sasl.kerberos.keytab).
+    #[arg(long, value_name = "FILE")]
+    pub sasl_kerberos_keytab: Option<std::path::PathBuf>,
+    /// GSSAPI: the KDC, host:port (sasl.kerberos.kdc; default: the realm's
+    /// kdc in krb5.conf, $KRB5_CONFIG or /etc/krb5.conf).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub sasl_kerberos_kdc: Option<String>,
     /// security.protocol: plaintext, ssl, sasl_plaintext or sasl_ssl
     /// (case-insensitive). Default: plaintext, or what the --sasl-* and
     /// --tls-* options given imply (never less than they ask for).
@@ -151,7 +166,33 @@ impl ConnectArgs {
         if let Some(flag) = self.first_oauth_flag().filter(|_| !oauth) {
             bail!("{flag} needs --sasl-mechanism OAUTHBEARER");
         }
-        if oauth {
+        let gssapi = self
+            .sasl_mechanism
+            .as_deref()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("GSSAPI"));
+        if let Some(flag) = self.first_kerberos_flag().filter(|_| !gssapi) {
+            bail!("{flag} needs --sasl-mechanism GSSAPI");
+        }
+        if gssapi {
+            if self.sasl_username.is_some() || password.is_some() {
+                bail!(
+                    "--sasl-mechanism GSSAPI takes no --sasl-username/--sasl-password: give \
+                     --sasl-kerberos-principal and --sasl-kerberos-keytab"
+                );
+            }
+            let Some(principal) = &self.sasl_kerberos_principal else {
+                bail!("--sasl-mechanism GSSAPI needs --sasl-kerberos-principal NAME@REALM");
+            };
+            let Some(keytab) = &self.sasl_kerberos_keytab else {
+                bail!("--sasl-mechanism GSSAPI needs --sasl-kerberos-keytab FILE");
+            };
+            let mut krb = clink_kafka::client::KerberosConfig::new(principal.clone(), keytab.clone());
+            if let Some(name) = &self.sasl_kerberos_service_name {
+                krb.service_name = name.clone();
+            }
+            krb.kdc = self.sasl_kerberos_kdc.clone();
+            config = config.with_kerberos(krb);
+        } else if oauth {
             if self.sasl_username.is_some() || password.is_some() {
                 bail!(
                     "--sasl-mechanism OAUTHBEARER takes no --sasl-username/--sasl-password: give \
@@ -160,14 +201,6 @@ impl ConnectArgs {
             }
             config = config.with_oauthbearer(self.oauthbearer()?);
         } else {
-            if let Some(m) = &self.sasl_mechanism {
-                if m.parse::<SaslMechanism>().ok() == Some(SaslMechanism::Gssapi) {
-                    bail!(
-                        "--sasl-mechanism GSSAPI: the Kerberos context is not wired into the client yet (issue 25); \
-                         allowed: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
-                    );
-                }
-            }
             match (&self.sasl_mechanism, &self.sasl_username, password) {
                 (None, None, None) => {}
                 (Some(m), Some(user), Some(password)) => {
@@ -210,6 +243,21 @@ impl ConnectArgs {
         }
         config.validate().context("checking the security options")?;
         Ok(config)
+    }
+
+    /// The first --sasl-kerberos-* flag given.
+    fn first_kerberos_flag(&self) -> Option<&'static str> {
+        [
+            (
+                self.sasl_kerberos_service_name.is_some(),
+                "--sasl-kerberos-service-name",
+            ),
+            (self.sasl_kerberos_principal.is_some(), "--sasl-kerberos-principal"),
+            (self.sasl_kerberos_keytab.is_some(), "--sasl-kerberos-keytab"),
+            (self.sasl_kerberos_kdc.is_some(), "--sasl-kerberos-kdc"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
     }
 
     /// The first --sasl-oauthbearer-* flag given.

@@ -51,6 +51,7 @@ pub(crate) mod consumer;
 pub(crate) mod group;
 pub(crate) mod group_admin;
 pub(crate) mod group_consumer;
+pub mod kerberos;
 pub(crate) mod log_proof;
 pub(crate) mod metrics;
 pub mod oauth;
@@ -84,6 +85,7 @@ pub use group_consumer::{
     parse_assignors, ConsumerGroupMetadata, GroupConsumer, GroupConsumerConfig, GroupPoll, GroupProtocol,
     RebalanceEvent, RebalanceListener, Subscription, REMOTE_ASSIGNORS,
 };
+pub use kerberos::{KerberosConfig, KerberosError};
 pub use log_proof::{prove_from_log, LogProof, LogProofLimits};
 pub use oauth::{
     OAuthToken, OidcClientCredentials, OidcConfig, StaticTokenProvider, TokenError, TokenFuture, TokenProvider,
@@ -199,6 +201,9 @@ pub struct SaslConfig {
     /// `SaslMechanism::OAuthBearer`, which ignores `username` and
     /// `password`).
     pub oauthbearer: Option<OAuthBearerConfig>,
+    /// GSSAPI: the Kerberos principal, keytab and KDC (required with
+    /// `SaslMechanism::Gssapi`, which ignores `username` and `password`).
+    pub kerberos: Option<KerberosConfig>,
 }
 
 /// SASL/OAUTHBEARER settings: the token source and the KIP-342 extensions.
@@ -429,6 +434,7 @@ impl ClientConfig {
             username: username.into(),
             password,
             oauthbearer: None,
+            kerberos: None,
         });
         self.security_protocol = match self.security_protocol {
             SecurityProtocol::Plaintext => SecurityProtocol::SaslPlaintext,
@@ -445,6 +451,17 @@ impl ClientConfig {
         let mut c = self.with_sasl(SaslMechanism::OAuthBearer, "", Secret::default());
         if let Some(sasl) = &mut c.sasl {
             sasl.oauthbearer = Some(oauth);
+        }
+        c
+    }
+
+    /// The same configuration with SASL/GSSAPI (Kerberos): the principal's
+    /// key from `kerberos.keytab`. The protocol changes as with
+    /// [`ClientConfig::with_sasl`].
+    pub fn with_kerberos(self, kerberos: KerberosConfig) -> Self {
+        let mut c = self.with_sasl(SaslMechanism::Gssapi, "", Secret::default());
+        if let Some(sasl) = &mut c.sasl {
+            sasl.kerberos = Some(kerberos);
         }
         c
     }
@@ -500,6 +517,19 @@ impl ClientConfig {
                               sasl.oauthbearer.token.endpoint.url, or a TokenProvider"
                         .into(),
                 });
+            }
+            if sasl.mechanism == SaslMechanism::Gssapi {
+                match &sasl.kerberos {
+                    None => {
+                        return Err(Error::Config {
+                            option: kerberos::OPT_KEYTAB,
+                            message: "GSSAPI needs a Kerberos identity: sasl.kerberos.principal and \
+                                      sasl.kerberos.keytab"
+                                .into(),
+                        })
+                    }
+                    Some(k) => k.validate()?,
+                }
             }
         }
         if !protocol.uses_tls() {

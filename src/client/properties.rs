@@ -43,6 +43,7 @@ use clink_kafka_wire::compression::Compression;
 use clink_kafka_wire::sasl::SaslMechanism;
 use clink_kafka_wire::secret::Secret;
 
+use super::kerberos::{self, KerberosConfig};
 use super::{
     Acks, ClientConfig, ConsumerConfig, IsolationLevel, Offset, ProducerConfig, SaslConfig, SecurityProtocol,
     TlsConfig, TxnConfig,
@@ -230,6 +231,10 @@ pub enum Setting {
     OAuthScope,
     OAuthExtensions,
     OAuthCaLocation,
+    KrbServiceName,
+    KrbPrincipal,
+    KrbKeytab,
+    KrbKdc,
     GroupId,
     AutoOffsetReset,
     FetchMaxWait,
@@ -324,7 +329,11 @@ impl Setting {
             | S::OAuthClientSecret
             | S::OAuthScope
             | S::OAuthExtensions
-            | S::OAuthCaLocation => Target::Client,
+            | S::OAuthCaLocation
+            | S::KrbServiceName
+            | S::KrbPrincipal
+            | S::KrbKeytab
+            | S::KrbKdc => Target::Client,
             S::AutoOffsetReset
             | S::FetchMaxWait
             | S::FetchMinBytes
@@ -439,6 +448,12 @@ pub fn treatment(name: &str) -> Option<Treatment> {
         "sasl.oauthbearer.scope" => Applied(S::OAuthScope),
         "sasl.oauthbearer.extensions" => Applied(S::OAuthExtensions),
         "https.ca.location" => Applied(S::OAuthCaLocation),
+        // GSSAPI: librdkafka's and Java's names; the KDC is ours
+        // (`sasl.kerberos.kinit.cmd` stays refused: it runs a shell command).
+        "sasl.kerberos.service.name" => Applied(S::KrbServiceName),
+        "sasl.kerberos.principal" => Applied(S::KrbPrincipal),
+        "sasl.kerberos.keytab" => Applied(S::KrbKeytab),
+        "sasl.kerberos.kdc" => Applied(S::KrbKdc),
         // Consumer.
         "group.id" => Applied(S::GroupId),
         "auto.offset.reset" => Applied(S::AutoOffsetReset),
@@ -566,6 +581,10 @@ pub fn treatment(name: &str) -> Option<Treatment> {
         "plugin.library.paths" | "interceptors" => {
             Refused("loads C plugins that can rewrite the configuration after the security checks")
         }
+        "sasl.kerberos.kinit.cmd" | "sasl.kerberos.min.time.before.relogin" => Refused(
+            "librdkafka's kinit command (a shell command) is not run: this client reads sasl.kerberos.keytab \
+             itself and gets fresh tickets at every authentication",
+        ),
         p if p.starts_with("sasl.kerberos.")
             || p.starts_with("sasl.oauthbearer")
             || p == "enable.sasl.oauthbearer.unsecure.jwt" =>
@@ -727,6 +746,18 @@ struct SecurityParts {
     hostname_verification: Option<bool>,
     verify_certificate: Option<bool>,
     oauth: OAuthParts,
+    krb: KrbParts,
+}
+
+/// The `sasl.kerberos.*` settings, gathered.
+#[derive(Default)]
+struct KrbParts {
+    /// The first one given (refused without GSSAPI).
+    given: Option<&'static str>,
+    service_name: Option<String>,
+    principal: Option<String>,
+    keytab: Option<PathBuf>,
+    kdc: Option<String>,
 }
 
 /// The `sasl.oauthbearer.*` settings, gathered.
@@ -989,11 +1020,8 @@ impl ClientProperties {
                     "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
                     "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
                     "OAUTHBEARER" => SaslMechanism::OAuthBearer,
-                    _ => {
-                        return Err(
-                            v.invalid("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not implemented)")
-                        )
-                    }
+                    "GSSAPI" => SaslMechanism::Gssapi,
+                    _ => return Err(v.invalid("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI")),
                 })
             }
             S::SaslUsername => sec.username = Some(v.text()?),
@@ -1037,6 +1065,16 @@ impl ClientProperties {
                     S::OAuthScope => o.scope = Some(v.text()?),
                     S::OAuthExtensions => o.extensions = Some(v.value.to_owned()),
                     _ => o.ca = Some(v.text()?.into()),
+                }
+            }
+            S::KrbServiceName | S::KrbPrincipal | S::KrbKeytab | S::KrbKdc => {
+                let k = &mut sec.krb;
+                k.given.get_or_insert(v.name);
+                match setting {
+                    S::KrbServiceName => k.service_name = Some(v.text()?),
+                    S::KrbPrincipal => k.principal = Some(v.text()?),
+                    S::KrbKeytab => k.keytab = Some(v.text()?.into()),
+                    _ => k.kdc = Some(v.text()?),
                 }
             }
             S::GroupId => self.group_id = Some(v.text()?),
@@ -1149,12 +1187,75 @@ impl ClientProperties {
                     ),
                 });
             }
+            if let Some(option) = s.krb.given {
+                return Err(Error::Config {
+                    option,
+                    message: "set without sasl.mechanism=GSSAPI".into(),
+                });
+            }
             let oauth = oauth_from_parts(s.oauth)?;
             c.sasl = Some(SaslConfig {
                 mechanism: SaslMechanism::OAuthBearer,
                 username: String::new(),
                 password: Secret::default(),
                 oauthbearer: Some(oauth),
+                kerberos: None,
+            });
+        } else if s.mechanism == Some(SaslMechanism::Gssapi) {
+            if let Some(option) = [
+                ("sasl.username", s.username.is_some()),
+                ("sasl.password", s.password.is_some()),
+            ]
+            .into_iter()
+            .find_map(|(o, set)| set.then_some(o))
+            {
+                return Err(Error::Config {
+                    option,
+                    message: "not used by sasl.mechanism=GSSAPI: give sasl.kerberos.principal and \
+                              sasl.kerberos.keytab"
+                        .into(),
+                });
+            }
+            if let Some(option) = s.oauth.given {
+                return Err(Error::Config {
+                    option,
+                    message: "set without sasl.mechanism=OAUTHBEARER".into(),
+                });
+            }
+            if !c.security_protocol.uses_sasl() {
+                return Err(Error::Config {
+                    option: "security.protocol",
+                    message: format!(
+                        "sasl.mechanism=GSSAPI but security.protocol is {}: the ticket would never be presented; \
+                         allowed: sasl_plaintext, sasl_ssl",
+                        c.security_protocol
+                    ),
+                });
+            }
+            let k = s.krb;
+            let required = |option: &'static str| Error::Config {
+                option,
+                message: "required by sasl.mechanism=GSSAPI".into(),
+            };
+            let principal = k.principal.ok_or_else(|| required(kerberos::OPT_PRINCIPAL))?;
+            let keytab = k.keytab.ok_or_else(|| required(kerberos::OPT_KEYTAB))?;
+            let mut krb = KerberosConfig::new(principal, keytab);
+            if let Some(name) = k.service_name {
+                krb.service_name = name;
+            }
+            krb.kdc = k.kdc;
+            krb.validate()?;
+            c.sasl = Some(SaslConfig {
+                mechanism: SaslMechanism::Gssapi,
+                username: String::new(),
+                password: Secret::default(),
+                oauthbearer: None,
+                kerberos: Some(krb),
+            });
+        } else if let Some(option) = s.krb.given {
+            return Err(Error::Config {
+                option,
+                message: "set without sasl.mechanism=GSSAPI".into(),
             });
         } else if let Some(option) = s.oauth.given {
             return Err(Error::Config {
@@ -1183,6 +1284,7 @@ impl ClientProperties {
                 username,
                 password,
                 oauthbearer: None,
+                kerberos: None,
             });
         } else if s.password.is_some() {
             return Err(Error::Config {

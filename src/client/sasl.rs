@@ -16,7 +16,9 @@ use bytes::Bytes;
 use clink_kafka_wire::kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
 use clink_kafka_wire::sasl::oauthbearer::{self, ServerReply};
-use clink_kafka_wire::sasl::{nonce_from_random_bytes, plain_initial_response, SaslMechanism, ScramClient};
+use clink_kafka_wire::sasl::{
+    nonce_from_random_bytes, plain_initial_response, GssapiClient, SaslError, SaslMechanism, ScramClient,
+};
 use clink_kafka_wire::KafkaCode;
 
 use std::time::{Duration, SystemTime};
@@ -121,6 +123,38 @@ pub(crate) async fn authenticate(conn: &BrokerConnection, sasl: &SaslConfig, rou
             }
             tracing::debug!(broker = %conn.broker(), principal = ?token.principal, ?lifetime,
                 "OAUTHBEARER authenticated");
+            lifetime
+        }
+        SaslMechanism::Gssapi => {
+            let Some(krb) = &sasl.kerberos else {
+                return Err(fail("no Kerberos identity configured (sasl.kerberos.keytab)".into()));
+            };
+            let host = super::kerberos::broker_host(&conn.broker().addr);
+            let context = super::kerberos::initiate(krb, host)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            let mut client = GssapiClient::new(context, "").map_err(|e| fail(e.to_string()))?;
+            let explain = |client: &GssapiClient<super::kerberos::KerberosContext>, e: SaslError| match &client
+                .context()
+                .last_error
+            {
+                Some(detail) => detail.to_string(),
+                None => e.to_string(),
+            };
+            let first = client.initial_response().map_err(|e| fail(explain(&client, e)))?;
+            let (mut reply, mut lifetime) = step(first).await?;
+            // AP-REP, then the security-layer offer: two rounds; bounded.
+            let mut rounds = 0;
+            while !client.is_complete() {
+                rounds += 1;
+                if rounds > 4 {
+                    return Err(fail("the GSSAPI exchange did not finish in 4 rounds".into()));
+                }
+                let out = client.handle_server(&reply).map_err(|e| fail(explain(&client, e)))?;
+                (reply, lifetime) = step(out).await?;
+            }
+            tracing::debug!(broker = %conn.broker(), principal = %krb.principal, ?lifetime,
+                "GSSAPI authenticated");
             lifetime
         }
         other => return Err(fail(format!("mechanism {other} is not implemented by this client"))),

@@ -768,7 +768,7 @@ fn refused_on_rdkafka(property: &str) -> Option<String> {
              producer identity, no auto commit)"
                 .into(),
         ),
-        p if p.starts_with("sasl.oauthbearer") || p == "sasl.kerberos.service.name" => {
+        p if p.starts_with("sasl.oauthbearer") => {
             Some("SASL mechanisms other than PLAIN and SCRAM are not supported on either backend".into())
         }
         _ => None,

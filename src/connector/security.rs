@@ -96,6 +96,18 @@ pub const SECURITY_OPTIONS: &[&str] = &[
     "sasl_oauthbearer_scope",
     "sasl_oauthbearer_extensions",
     "https_ca_location",
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_principal",
+    "sasl_kerberos_keytab",
+    "sasl_kerberos_kdc",
+];
+
+/// The GSSAPI options (refused with any other mechanism).
+const KERBEROS_OPTIONS: &[&str] = &[
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_principal",
+    "sasl_kerberos_keytab",
+    "sasl_kerberos_kdc",
 ];
 
 /// The OAUTHBEARER options (refused with any other mechanism).
@@ -131,6 +143,10 @@ pub fn alias_of_property(property: &str) -> Option<&'static str> {
         "sasl.oauthbearer.scope" => "sasl_oauthbearer_scope",
         "sasl.oauthbearer.extensions" => "sasl_oauthbearer_extensions",
         "https.ca.location" => "https_ca_location",
+        "sasl.kerberos.service.name" => "sasl_kerberos_service_name",
+        "sasl.kerberos.principal" => "sasl_kerberos_principal",
+        "sasl.kerberos.keytab" => "sasl_kerberos_keytab",
+        "sasl.kerberos.kdc" => "sasl_kerberos_kdc",
         _ => return None,
     })
 }
@@ -184,6 +200,7 @@ impl SecurityInputs {
             for name in ["sasl_username", "sasl_password", "sasl_mechanism"]
                 .iter()
                 .chain(OAUTH_OPTIONS)
+                .chain(KERBEROS_OPTIONS)
             {
                 if let Some((_, written)) = self.get(name) {
                     return Err(ConnectorError::InsecureConfig {
@@ -241,8 +258,24 @@ impl SecurityInputs {
                 });
             };
             let mechanism = parse_mechanism(mech_key, mech)?;
+            if mechanism != SaslMechanism::Gssapi {
+                if let Some((_, written)) = KERBEROS_OPTIONS.iter().find_map(|n| self.get(n)) {
+                    return Err(ConnectorError::UnsupportedProperty {
+                        property: written.to_owned(),
+                        reason: format!("a GSSAPI (Kerberos) setting, but sasl_mechanism is {mech:?}"),
+                    });
+                }
+            }
             if mechanism == SaslMechanism::OAuthBearer {
                 Some(self.oauthbearer()?)
+            } else if mechanism == SaslMechanism::Gssapi {
+                if let Some((_, written)) = OAUTH_OPTIONS.iter().find_map(|n| self.get(n)) {
+                    return Err(ConnectorError::UnsupportedProperty {
+                        property: written.to_owned(),
+                        reason: "an OAUTHBEARER setting, but sasl_mechanism is GSSAPI".into(),
+                    });
+                }
+                Some(self.kerberos()?)
             } else {
                 if let Some((_, written)) = OAUTH_OPTIONS.iter().find_map(|n| self.get(n)) {
                     return Err(ConnectorError::UnsupportedProperty {
@@ -273,6 +306,7 @@ impl SecurityInputs {
                     username,
                     password,
                     oauthbearer: None,
+                    kerberos: None,
                 })
             }
         } else {
@@ -323,6 +357,55 @@ impl SecurityInputs {
 }
 
 impl SecurityInputs {
+    /// The GSSAPI settings: a principal's keytab key, the KDC.
+    fn kerberos(&self) -> Result<SaslConfig> {
+        for name in ["sasl_username", "sasl_password"] {
+            if let Some((_, written)) = self.get(name) {
+                return Err(ConnectorError::UnsupportedProperty {
+                    property: written.to_owned(),
+                    reason: "not used with sasl_mechanism GSSAPI: give sasl_kerberos_principal and \
+                             sasl_kerberos_keytab"
+                        .into(),
+                });
+            }
+        }
+        let need = |option: &'static str| match self.get(option) {
+            Some((v, _)) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+            _ => Err(ConnectorError::MissingOption {
+                option,
+                factory: "sasl_mechanism GSSAPI",
+            }),
+        };
+        let mut krb =
+            crate::client::KerberosConfig::new(need("sasl_kerberos_principal")?, need("sasl_kerberos_keytab")?);
+        if let Some((v, _)) = self.get("sasl_kerberos_service_name") {
+            krb.service_name = v.trim().to_owned();
+        }
+        krb.kdc = self.get("sasl_kerberos_kdc").map(|(v, _)| v.trim().to_owned());
+        krb.validate().map_err(|e| match e {
+            crate::error::Error::Config { option, message } => {
+                use crate::client::kerberos::{OPT_KDC, OPT_KEYTAB, OPT_PRINCIPAL, OPT_SERVICE_NAME};
+                let alias = match option {
+                    OPT_SERVICE_NAME => "sasl_kerberos_service_name",
+                    OPT_PRINCIPAL => "sasl_kerberos_principal",
+                    OPT_KEYTAB => "sasl_kerberos_keytab",
+                    OPT_KDC => "sasl_kerberos_kdc",
+                    other => other,
+                };
+                let (value, key) = self.get(alias).unwrap_or(("", alias));
+                ConnectorError::invalid(key, value, message)
+            }
+            e => e.into(),
+        })?;
+        Ok(SaslConfig {
+            mechanism: SaslMechanism::Gssapi,
+            username: String::new(),
+            password: Secret::default(),
+            oauthbearer: None,
+            kerberos: Some(krb),
+        })
+    }
+
     /// The OAUTHBEARER settings: the OIDC client-credentials grant.
     fn oauthbearer(&self) -> Result<SaslConfig> {
         for name in ["sasl_username", "sasl_password"] {
@@ -386,6 +469,7 @@ impl SecurityInputs {
                 provider: std::sync::Arc::new(provider),
                 extensions,
             }),
+            kerberos: None,
         })
     }
 }
@@ -396,18 +480,11 @@ fn parse_mechanism(option: &str, value: &str) -> Result<SaslMechanism> {
         "SCRAM-SHA-256" => Ok(SaslMechanism::ScramSha256),
         "SCRAM-SHA-512" => Ok(SaslMechanism::ScramSha512),
         "OAUTHBEARER" => Ok(SaslMechanism::OAuthBearer),
-        "GSSAPI" => Err(ConnectorError::UnsupportedProperty {
-            property: option.to_owned(),
-            reason: format!(
-                "SASL mechanism {} is not implemented by the native client; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 \
-                 or OAUTHBEARER",
-                value.trim()
-            ),
-        }),
+        "GSSAPI" => Ok(SaslMechanism::Gssapi),
         _ => Err(ConnectorError::invalid(
             option,
             value,
-            "one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not implemented)",
+            "one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI",
         )),
     }
 }
@@ -499,6 +576,15 @@ impl SecurityConfig {
                         "SASL credentials with security_protocol '{}': they would never be presented",
                         option_name(self.protocol)
                     ),
+                });
+            }
+            if sasl.mechanism == SaslMechanism::Gssapi {
+                return Err(ConnectorError::UnsupportedProperty {
+                    property: "sasl_mechanism".into(),
+                    reason: "GSSAPI on backend 'rdkafka': its bundled librdkafka is built without Cyrus SASL \
+                             (no libsasl2, so no Kerberos); the native backend implements GSSAPI in pure Rust: use \
+                             backend = 'native'"
+                        .into(),
                 });
             }
             p.set("sasl.mechanism", sasl.mechanism.name());
@@ -624,9 +710,11 @@ pub fn librdkafka_passthrough_refusal(property: &str) -> Option<String> {
         "plugin.library.paths" => {
             Some("loads C plugins that can rewrite the configuration after the security checks".into())
         }
-        p if p.starts_with("sasl.kerberos.") => {
-            Some("SASL mechanisms other than PLAIN, SCRAM and OAUTHBEARER are not supported on either backend".into())
-        }
+        p if p.starts_with("sasl.kerberos.") => Some(
+            "Kerberos is configured through the sasl_kerberos_* options (native backend only; kinit.cmd, a shell \
+             command, is never run)"
+                .into(),
+        ),
         p if p.starts_with("sasl.oauthbearer") || p == "enable.sasl.oauthbearer.unsecure.jwt" => Some(
             "OAUTHBEARER is configured through the sasl_oauthbearer_* options (the token comes from this \
              crate's provider on both backends)"
@@ -744,7 +832,49 @@ mod tests {
         let e = inputs(&[("security_protocol", "sasl_plaintext"), ("sasl_mechanism", "GSSAPI")])
             .resolve()
             .unwrap_err();
-        assert!(matches!(e, ConnectorError::UnsupportedProperty { .. }), "{e}");
+        assert!(
+            matches!(&e, ConnectorError::MissingOption { option, .. } if *option == "sasl_kerberos_principal"),
+            "{e}"
+        );
+        let gssapi = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "GSSAPI"),
+            ("sasl_kerberos_principal", "alice@CLINK.TEST"),
+            ("sasl_kerberos_keytab", "/alice.keytab"),
+            ("sasl_kerberos_kdc", "127.0.0.1:88"),
+        ])
+        .resolve()
+        .unwrap();
+        let krb = gssapi.sasl.as_ref().and_then(|s| s.kerberos.as_ref()).unwrap();
+        assert_eq!(
+            (krb.service_name.as_str(), krb.kdc.as_deref()),
+            ("kafka", Some("127.0.0.1:88"))
+        );
+        // The named difference: refused on rdkafka, naming sasl_mechanism.
+        let e = gssapi.librdkafka_properties().unwrap_err().to_string();
+        assert!(e.contains("sasl_mechanism") && e.contains("libsasl2"), "{e}");
+        let e = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "GSSAPI"),
+            ("sasl_kerberos_principal", "alice@CLINK.TEST"),
+            ("sasl_kerberos_keytab", "/alice.keytab"),
+            ("sasl_kerberos_kdc", "no-port"),
+        ])
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sasl_kerberos_kdc"), "{e}");
+        let e = inputs(&[
+            ("security_protocol", "sasl_plaintext"),
+            ("sasl_mechanism", "PLAIN"),
+            ("sasl_username", "u"),
+            ("sasl_password", "p"),
+            ("sasl_kerberos_keytab", "/alice.keytab"),
+        ])
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sasl_kerberos_keytab"), "{e}");
         let tls = inputs(&[
             ("security_protocol", "ssl"),
             ("ssl_ca_location", "/ca.pem"),

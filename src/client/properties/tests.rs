@@ -152,6 +152,23 @@ fn sample(setting: Setting, name: &'static str) -> Vec<(&'static str, &'static s
             v.push((name, value));
             v
         }
+        S::KrbServiceName | S::KrbPrincipal | S::KrbKeytab | S::KrbKdc => {
+            let value = match setting {
+                S::KrbServiceName => "kafka2",
+                S::KrbPrincipal => "bob@R",
+                S::KrbKeytab => "/other.keytab",
+                _ => "kdc.example:88",
+            };
+            let mut v: Vec<(&'static str, &'static str)> = vec![
+                ("security.protocol", "sasl_plaintext"),
+                ("sasl.mechanism", "GSSAPI"),
+                ("sasl.kerberos.principal", "alice@R"),
+                ("sasl.kerberos.keytab", "/alice.keytab"),
+            ];
+            v.retain(|(k, _)| treatment(k) != Some(Treatment::Applied(setting)));
+            v.push((name, value));
+            v
+        }
     }
 }
 
