@@ -636,7 +636,12 @@ fn initiate_blocking(config: &KerberosConfig, target: &str) -> Result<KerberosCo
     };
     let started = Instant::now();
     let identity = load_identity(config)?;
-    let sspi_err = |e: sspi::Error| KerberosError::Kdc(e.to_string());
+    // sspi appends the KRB-ERROR's e-data in hex: noise, cut.
+    let sspi_err = |e: sspi::Error| {
+        let text = e.to_string();
+        let cut = text.find(". Additional error data").unwrap_or(text.len());
+        KerberosError::Kdc(text[..cut].to_owned())
+    };
     let principal = Username::new(&identity.name, Some(&identity.realm)).map_err(|e| KerberosError::Config {
         option: OPT_PRINCIPAL,
         message: format!("{:?}: {e}", config.principal),
