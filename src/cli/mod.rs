@@ -494,4 +494,102 @@ mod tests {
         assert_eq!(super::thousands(20_000), "20,000");
         assert_eq!(super::thousands(1_234_567), "1,234,567");
     }
+
+    #[test]
+    fn oauthbearer_extensions_flag_reaches_the_config_and_bad_lists_are_refused() {
+        std::env::set_var("CLINK_CLI_TEST_OIDC", "oidc-secret-1");
+        let base = [
+            "--sasl-mechanism",
+            "OAUTHBEARER",
+            "--sasl-oauthbearer-token-endpoint-url",
+            "https://idp.example:8443/token",
+            "--sasl-oauthbearer-client-id",
+            "svc",
+            "--sasl-oauthbearer-client-secret-env",
+            "CLINK_CLI_TEST_OIDC",
+        ];
+        let with = |list: &'static str| {
+            let mut v = base.to_vec();
+            v.extend(["--sasl-oauthbearer-extensions", list]);
+            v
+        };
+        let c = config(&with("traceId=cli1,logicalCluster=lc-7")).unwrap();
+        let oauth = c
+            .sasl
+            .as_ref()
+            .and_then(|s| s.oauthbearer.as_ref())
+            .expect("OAUTHBEARER");
+        let got: Vec<(&str, &str)> = oauth.extensions.iter().map(|e| (e.key(), e.value())).collect();
+        assert_eq!(got, [("traceId", "cli1"), ("logicalCluster", "lc-7")]);
+        assert!(config(&base)
+            .unwrap()
+            .sasl
+            .unwrap()
+            .oauthbearer
+            .unwrap()
+            .extensions
+            .is_empty());
+        for bad in ["auth=x", "trace-id=1", "a=1,a=2", "novalue"] {
+            let e = error(&with(bad));
+            assert!(e.contains("--sasl-oauthbearer-extensions"), "{bad}: {e}");
+            assert!(!e.contains("oidc-secret-1"), "{e}");
+        }
+        let e = error(&["--sasl-oauthbearer-extensions", "traceId=1"]);
+        assert!(
+            e.contains("--sasl-oauthbearer-extensions needs --sasl-mechanism OAUTHBEARER"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn kerberos_flags_build_the_gssapi_config_and_misuse_is_refused() {
+        let c = config(&[
+            "--sasl-mechanism",
+            "gssapi",
+            "--sasl-kerberos-principal",
+            "alice@CLINK.TEST",
+            "--sasl-kerberos-keytab",
+            "/alice.keytab",
+            "--sasl-kerberos-service-name",
+            "kafka2",
+            "--sasl-kerberos-kdc",
+            "kdc:88",
+        ])
+        .unwrap();
+        assert_eq!(c.security_protocol, SecurityProtocol::SaslPlaintext);
+        let k = c.sasl.as_ref().and_then(|s| s.kerberos.as_ref()).expect("GSSAPI");
+        assert_eq!(
+            (k.principal.as_str(), k.service_name.as_str(), k.kdc.as_deref()),
+            ("alice@CLINK.TEST", "kafka2", Some("kdc:88"))
+        );
+        let e = error(&["--sasl-kerberos-principal", "alice@R"]);
+        assert!(
+            e.contains("--sasl-kerberos-principal needs --sasl-mechanism GSSAPI"),
+            "{e}"
+        );
+        let e = error(&["--sasl-mechanism", "GSSAPI", "--sasl-kerberos-principal", "a@R"]);
+        assert!(e.contains("needs --sasl-kerberos-keytab"), "{e}");
+        let e = error(&[
+            "--sasl-mechanism",
+            "GSSAPI",
+            "--sasl-username",
+            "u",
+            "--sasl-kerberos-principal",
+            "a@R",
+            "--sasl-kerberos-keytab",
+            "/k",
+        ]);
+        assert!(e.contains("takes no --sasl-username"), "{e}");
+        let e = error(&[
+            "--sasl-mechanism",
+            "GSSAPI",
+            "--sasl-kerberos-principal",
+            "a@R",
+            "--sasl-kerberos-keytab",
+            "/k",
+            "--sasl-kerberos-service-name",
+            "kafka/host",
+        ]);
+        assert!(e.contains("sasl.kerberos.service.name"), "{e}");
+    }
 }
