@@ -4,7 +4,7 @@
 //! The KDC exchanges (AS with pre-authentication from the keytab key, then
 //! TGS for `service/host`) and the AP-REQ are Devolutions' `sspi` crate
 //! (`default-features = false`, so no HTTP stack; the KDC transport is ours:
-//! Kerberos over TCP, [`kdc_frame`](clink_kafka_wire::sasl::kdc_frame)).
+//! Kerberos over TCP, `clink_kafka_wire::sasl::kdc_frame`).
 //! sspi refuses the AP-REP Kafka's (Java) acceptor returns, which carries no
 //! subkey, so the rest is done here:
 //!
@@ -16,7 +16,7 @@
 //!   authentication ([`KerberosError::MutualAuthentication`] otherwise);
 //! - RFC 4121 wrap tokens for the security-layer negotiation use the
 //!   acceptor's subkey when the AP-REP has one, else ours (usages 22/24,
-//!   [`krb_wrap`](clink_kafka_wire::sasl::krb_wrap)).
+//!   `clink_kafka_wire::sasl::krb_wrap`).
 //!
 //! The KDC I/O is blocking (sspi's network interface is synchronous): it runs
 //! on tokio's blocking pool under [`KerberosConfig::timeout`], each socket
