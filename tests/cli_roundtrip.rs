@@ -1,5 +1,6 @@
 //! The `clink-kafka roundtrip` command as a user runs it: the built binary
-//! against the broker, 20,000 records.
+//! against the broker, 20,000 records, on the backend of
+//! `CLINK_KAFKA_TEST_BACKEND` (`--backend`).
 
 mod common;
 
@@ -37,6 +38,8 @@ fn roundtrip_command_verifies_20000_records() {
         let out = run_with_deadline(
             Command::new(env!("CARGO_BIN_EXE_clink-kafka")).args([
                 "roundtrip",
+                "--backend",
+                common::connector::backend(),
                 "--brokers",
                 &brokers,
                 "--records",
@@ -74,6 +77,8 @@ fn roundtrip_command_fails_cleanly_without_a_broker() {
     let out = run_with_deadline(
         Command::new(env!("CARGO_BIN_EXE_clink-kafka")).args([
             "roundtrip",
+            "--backend",
+            common::connector::backend(),
             "--brokers",
             "127.0.0.1:1",
             "--records",

@@ -545,7 +545,10 @@ async fn the_cli_on_rdkafka_writes_and_prints_what_the_native_paths_do() {
         b"",
     );
     assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("5,000 records, each exactly once, in order"), "{out}");
+    assert!(
+        out.contains("verified: all 5,000 records arrived exactly once, in order"),
+        "{out}"
+    );
 }
 
 /// The CLI's `--backend rdkafka` paths take the TLS and SASL flags the

@@ -1,5 +1,6 @@
 //! `clink-kafka consume`: prints records with a `--format` template or as
-//! JSON lines.
+//! JSON lines. One topic: through the backend traits on either backend
+//! (`--backend`); `--group`: the native group consumer.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -7,9 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use clink_kafka::client::{
-    parse_assignors, Cluster, Consumer, ConsumerConfig, ConsumerRecord, GroupConsumer, GroupConsumerConfig,
-    GroupProtocol, IsolationLevel, Offset, Subscription, TopicPartition,
+    parse_assignors, Cluster, ConsumerConfig, GroupConsumer, GroupConsumerConfig, GroupProtocol, IsolationLevel,
+    Offset, Subscription,
 };
+use clink_kafka::connector::options::Backend;
+use clink_kafka::connector::{ConsumerBackend, GroupRecord, KafkaMessage};
 
 use super::ConnectArgs;
 
@@ -164,23 +167,21 @@ impl ConsumeArgs {
     }
 }
 
-/// Runs `consume`.
+/// Runs `consume`: with `--group` on the native group consumer, else on
+/// either backend through the backend traits.
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let _metrics = args.metrics.start().await?;
-    match args.backend.backend()? {
-        clink_kafka::connector::options::Backend::Native => {}
-        other => {
-            let flags = args.native_only_flags();
-            if !flags.is_empty() {
-                anyhow::bail!(
-                    "{} applies only with --backend native (librdkafka has no such setting)",
-                    flags.join(", ")
-                );
-            }
-            if args.value_format.is_set() || args.decode_error.is_some() {
-                anyhow::bail!("--value-format and --decode-error run on --backend native only");
-            }
-            return super::rdkafka_paths::consume(args, other).await;
+    let backend = args.backend.backend()?;
+    if backend != Backend::Native {
+        let flags = args.native_only_flags();
+        if !flags.is_empty() {
+            anyhow::bail!(
+                "{} applies only with --backend native (librdkafka has no such setting)",
+                flags.join(", ")
+            );
+        }
+        if args.value_format.is_set() || args.decode_error.is_some() {
+            anyhow::bail!("--value-format and --decode-error run on --backend native only");
         }
     }
     let mut decoder = args.value_format.decoder()?;
@@ -193,36 +194,35 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     };
     let mut skipped: u64 = 0;
     let config = args.connect.client_config()?;
-    let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
     if let Some(group) = &args.group {
+        let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
         return run_group(&args, group, cluster, decoder, skip_undecodable).await;
     }
     if args.topic.is_empty() {
         anyhow::bail!("--topic is required (or --group with --pattern)");
     }
-    let consumer_config = args.consumer_config();
-    let mut consumer = Consumer::new(cluster, consumer_config);
-    match args.partition {
-        Some(p) => consumer.assign(&[TopicPartition::new(&args.topic, p)]),
-        None => consumer.assign_topic(&args.topic).await?,
-    }
-    let start = if args.from_beginning {
-        Offset::Earliest
-    } else {
-        Offset::Latest
-    };
-    consumer.seek_all(start).await.context("seeking")?;
+    let mut consumer = super::backend::consumer(
+        backend,
+        &config,
+        &args.topic,
+        args.partition,
+        args.from_beginning,
+        args.consumer_config(),
+    )
+    .await?;
     let template = if args.format == "json" {
         None
     } else {
         Some(parse_template(&args.format))
     };
+    let topic = args.topic.as_str();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut seen: u64 = 0;
     let mut last_record = Instant::now();
     let mut line = Vec::with_capacity(256);
     let mut progress = super::progress::Progress::new("consume");
+    let mut failure = None;
     'outer: loop {
         if let Some(idle) = args.idle_timeout_ms {
             if last_record.elapsed() >= Duration::from_millis(idle) {
@@ -234,7 +234,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         // are printed, then the run stops with its error.
         let mut undecodable = None;
         if let Some(d) = &mut decoder {
-            match super::value_format::decode_records(d, &mut records, skip_undecodable).await {
+            match super::value_format::decode_records(d, &mut records, topic, skip_undecodable).await {
                 Ok(n) => skipped += n,
                 Err(e) => undecodable = Some(e),
             }
@@ -242,11 +242,11 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         if !records.is_empty() {
             last_record = Instant::now();
         }
-        for r in &records {
+        for m in &records {
             line.clear();
             match &template {
-                Some(t) => render(t, r, args.null_marker.as_deref().map(str::as_bytes), &mut line),
-                None => render_json(r, &mut line),
+                Some(t) => render(t, topic, m, args.null_marker.as_deref().map(str::as_bytes), &mut line),
+                None => render_json(topic, m, &mut line),
             }
             out.write_all(&line)?;
             seen += 1;
@@ -256,15 +256,16 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         }
         out.flush()?;
         if let Some(e) = undecodable {
-            progress.finish();
-            return Err(e);
+            failure = Some(e);
+            break;
         }
         if !records.is_empty() {
             // After a fetch, so the lag is known.
-            progress.update(seen, || lag(&consumer));
+            progress.update(seen, || consumer.lag());
         }
     }
     out.flush()?;
+    drop(out);
     progress.finish();
     if skip_undecodable {
         tracing::warn!(
@@ -273,6 +274,11 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             "{skipped} records could not be decoded and were skipped (--decode-error skip)"
         );
     }
+    let closed = consumer.close().await;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    closed?;
     Ok(())
 }
 
@@ -357,9 +363,15 @@ async fn run_group(
                 break;
             }
         }
-        let mut records = tokio::select! {
+        let mut records: Vec<GroupRecord> = tokio::select! {
             r = consumer.poll(Duration::from_millis(500)) => match r {
-                Ok(r) => r,
+                Ok(r) => r
+                    .into_iter()
+                    .map(|r| GroupRecord {
+                        topic: r.topic.clone(),
+                        message: KafkaMessage::from(r),
+                    })
+                    .collect(),
                 Err(e) => {
                     failure = Some(anyhow::Error::from(e));
                     break;
@@ -372,7 +384,7 @@ async fn run_group(
         };
         let mut undecodable = None;
         if let Some(d) = &mut decoder {
-            match super::value_format::decode_records(d, &mut records, skip_undecodable).await {
+            match super::value_format::decode_records(d, &mut records, "", skip_undecodable).await {
                 Ok(n) => skipped += n,
                 Err(e) => undecodable = Some(e),
             }
@@ -382,9 +394,10 @@ async fn run_group(
         }
         for (i, r) in records.iter().enumerate() {
             line.clear();
+            let null = args.null_marker.as_deref().map(str::as_bytes);
             match &template {
-                Some(t) => render(t, r, args.null_marker.as_deref().map(str::as_bytes), &mut line),
-                None => render_json(r, &mut line),
+                Some(t) => render(t, &r.topic, &r.message, null, &mut line),
+                None => render_json(&r.topic, &r.message, &mut line),
             }
             out.write_all(&line)?;
             seen += 1;
@@ -393,7 +406,7 @@ async fn run_group(
                 // each partition goes back to its first unprinted record.
                 let mut back: std::collections::BTreeMap<(&str, i32), i64> = std::collections::BTreeMap::new();
                 for u in &records[i + 1..] {
-                    back.entry((&*u.topic, u.partition)).or_insert(u.record.offset);
+                    back.entry((&*u.topic, u.message.partition)).or_insert(u.message.offset);
                 }
                 for ((topic, partition), offset) in back {
                     consumer.seek(topic, partition, Offset::At(offset)).await?;
@@ -425,16 +438,6 @@ async fn run_group(
     }
     closed.context("leaving the group")?;
     Ok(())
-}
-
-/// Records between the consumer's positions and the high watermarks of
-/// its last fetches; `None` until every assigned partition has both.
-fn lag(consumer: &Consumer) -> Option<u64> {
-    consumer.assignment().iter().try_fold(0u64, |sum, tp| {
-        let position = consumer.position(&tp.topic, tp.partition)?;
-        let high_watermark = consumer.watermarks(&tp.topic, tp.partition)?.high_watermark;
-        Some(sum + high_watermark.saturating_sub(position).max(0) as u64)
-    })
 }
 
 pub(super) enum Piece {
@@ -504,19 +507,20 @@ pub(super) fn parse_template(s: &str) -> Vec<Piece> {
     pieces
 }
 
-fn render(template: &[Piece], r: &ConsumerRecord, null: Option<&[u8]>, out: &mut Vec<u8>) {
+/// One record by the `--format` template.
+fn render(template: &[Piece], topic: &str, m: &KafkaMessage, null: Option<&[u8]>, out: &mut Vec<u8>) {
     let empty: &[u8] = b"";
     for p in template {
         match p {
             Piece::Literal(l) => out.extend_from_slice(l),
-            Piece::Topic => out.extend_from_slice(r.topic.as_bytes()),
-            Piece::Partition => out.extend_from_slice(r.partition.to_string().as_bytes()),
-            Piece::Offset => out.extend_from_slice(r.record.offset.to_string().as_bytes()),
-            Piece::Timestamp => out.extend_from_slice(r.record.timestamp.to_string().as_bytes()),
-            Piece::Key => out.extend_from_slice(r.record.key.as_deref().or(null).unwrap_or(empty)),
-            Piece::Value => out.extend_from_slice(r.record.value.as_deref().or(null).unwrap_or(empty)),
+            Piece::Topic => out.extend_from_slice(topic.as_bytes()),
+            Piece::Partition => out.extend_from_slice(m.partition.to_string().as_bytes()),
+            Piece::Offset => out.extend_from_slice(m.offset.to_string().as_bytes()),
+            Piece::Timestamp => out.extend_from_slice(m.timestamp.to_string().as_bytes()),
+            Piece::Key => out.extend_from_slice(m.key.as_deref().or(null).unwrap_or(empty)),
+            Piece::Value => out.extend_from_slice(m.payload.as_deref().or(null).unwrap_or(empty)),
             Piece::Headers => {
-                for (i, h) in r.record.headers.iter().enumerate() {
+                for (i, h) in m.headers.iter().enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
@@ -552,21 +556,22 @@ pub(super) fn json_string(bytes: Option<&[u8]>, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
-fn render_json(r: &ConsumerRecord, out: &mut Vec<u8>) {
+/// One record as a JSON line.
+fn render_json(topic: &str, m: &KafkaMessage, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"topic\":");
-    json_string(Some(r.topic.as_bytes()), out);
+    json_string(Some(topic.as_bytes()), out);
     out.extend_from_slice(
         format!(
             ",\"partition\":{},\"offset\":{},\"timestamp\":{},\"key\":",
-            r.partition, r.record.offset, r.record.timestamp
+            m.partition, m.offset, m.timestamp
         )
         .as_bytes(),
     );
-    json_string(r.record.key.as_deref(), out);
+    json_string(m.key.as_deref(), out);
     out.extend_from_slice(b",\"value\":");
-    json_string(r.record.value.as_deref(), out);
+    json_string(m.payload.as_deref(), out);
     out.extend_from_slice(b",\"headers\":[");
-    for (i, h) in r.record.headers.iter().enumerate() {
+    for (i, h) in m.headers.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }

@@ -18,7 +18,6 @@ pub mod groups;
 pub mod logs;
 pub mod produce;
 pub mod progress;
-pub mod rdkafka_paths;
 pub mod roundtrip;
 pub mod sink2pc;
 pub mod topics;

@@ -1,15 +1,17 @@
 //! `clink-kafka produce`: generated records (`--count`, `--value-size`) or
-//! one record per line of stdin.
+//! one record per line of stdin, through the backend traits on either
+//! backend (`--backend`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use clink_kafka::client::{Acks, Cluster, Producer, ProducerConfig, ProducerRecord};
-use clink_kafka::wire::compression::Compression;
+use clink_kafka::connector::options::Backend;
+use clink_kafka::connector::{ConnectorError, DeliveryOutcome, Header, KafkaMessage, ProducerBackend};
 use tokio::io::AsyncBufReadExt;
 
+use super::backend::ProducerSettings;
 use super::{parse_header, thousands, ConnectArgs};
 
 /// Options of `produce`.
@@ -91,59 +93,58 @@ pub(super) fn parse_line(
     }
 }
 
-/// Runs `produce`.
+/// Runs `produce`, on either backend through the backend traits.
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let _metrics = args.metrics.start().await?;
-    match args.backend.backend()? {
-        clink_kafka::connector::options::Backend::Native => {}
-        _ if args.value_format.is_set() => anyhow::bail!("--value-format runs on --backend native only"),
-        other => return super::rdkafka_paths::produce(args, other).await,
+    let backend = args.backend.backend()?;
+    if backend != Backend::Native && args.value_format.is_set() {
+        anyhow::bail!("--value-format runs on --backend native only");
     }
     let encoder = args.value_format.encoder(&args.topic).await?;
     if encoder.is_some() && args.count.is_some() {
         anyhow::bail!("--value-format encodes stdin lines (JSON); it does not apply to --count");
     }
+    if args.count.is_none() && args.key_delimiter.as_deref() == Some("") {
+        anyhow::bail!("--key-delimiter must not be empty");
+    }
     let config = args.connect.client_config()?;
-    let compression: Compression = args.compression.parse().context("--compression")?;
-    let acks: Acks = args.acks.parse().context("--acks")?;
-    let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
-    let producer_config = ProducerConfig::default()
-        .with_acks(acks)
-        .with_idempotent(acks == Acks::All)
-        .with_compression(compression)
-        .with_linger(Duration::from_millis(args.linger_ms))
-        .with_batch_size(args.batch_size)
-        .with_max_in_flight(args.max_in_flight)
-        .with_allow_auto_create_topics(!args.no_auto_create);
-    let producer = Producer::new(cluster, producer_config)
-        .await
-        .context("starting the producer")?;
-    let headers: Vec<(String, Option<Bytes>)> = args
+    let settings = ProducerSettings {
+        acks: args.acks.parse().context("--acks")?,
+        compression: args.compression.parse().context("--compression")?,
+        linger: Duration::from_millis(args.linger_ms),
+        batch_size: args.batch_size,
+        max_in_flight: args.max_in_flight,
+        allow_auto_create_topics: !args.no_auto_create,
+        max_record_size: None,
+    };
+    let mut producer = super::backend::producer(backend, &config, &args.topic, &settings).await?;
+    let headers: Vec<Header> = args
         .headers
         .iter()
-        .map(|(k, v)| (k.clone(), Some(Bytes::from(v.clone()))))
+        .map(|(k, v)| Header {
+            key: Bytes::from(k.clone()),
+            value: Some(Bytes::from(v.clone())),
+        })
         .collect();
-    // One `Arc` for every record: a clone is a pointer copy.
-    let topic: std::sync::Arc<str> = args.topic.as_str().into();
-    let make = |value: Bytes| {
-        let mut r = ProducerRecord::new(topic.clone(), value);
-        r.partition = args.partition;
-        r.key = args.key.clone().map(Bytes::from);
-        if !headers.is_empty() {
-            r.headers = headers.clone();
-        }
-        r
+    let key = args.key.clone().map(Bytes::from);
+    let make = |key: Option<Bytes>, value: Option<Bytes>| KafkaMessage {
+        payload: value,
+        key,
+        headers: headers.clone(),
+        offset: -1,
+        partition: -1,
+        timestamp: -1,
     };
+    let topic = args.topic.as_str();
     let started = Instant::now();
     let mut progress = super::progress::Progress::new("produce");
-    let unknown_topic = |e: clink_kafka::Error| missing_topic_hint(e, &args.topic, args.no_auto_create);
+    let unknown_topic = |e: ConnectorError| missing_topic_hint(e, &args.topic, args.no_auto_create);
     let mut pending = std::collections::VecDeque::new();
     let mut sent: u64 = 0;
     let mut failed: u64 = 0;
     let mut first_error = None;
-    let mut handle = |result: clink_kafka::Result<clink_kafka::client::DeliveryReport>| match result {
-        Ok(_) => {}
-        Err(e) => {
+    let mut handle = |result: DeliveryOutcome| {
+        if let Err(e) = result {
             failed += 1;
             first_error.get_or_insert(e);
         }
@@ -151,7 +152,8 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     if let Some(count) = args.count {
         let value = Bytes::from(vec![b'x'; args.value_size]);
         for _ in 0..count {
-            pending.push_back(producer.send(make(value.clone())).await.map_err(unknown_topic)?);
+            let m = make(key.clone(), Some(value.clone()));
+            pending.push_back(producer.send(topic, args.partition, m).await.map_err(unknown_topic)?);
             sent += 1;
             progress.update(sent, || None);
             while pending.len() > 50_000 {
@@ -159,12 +161,9 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             }
         }
     } else {
-        if args.key_delimiter.as_deref() == Some("") {
-            anyhow::bail!("--key-delimiter must not be empty");
-        }
         let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
         while let Some(line) = lines.next_line().await.context("reading stdin")? {
-            let (key, value) = parse_line(
+            let (k, value) = parse_line(
                 &line,
                 sent + 1,
                 args.key_delimiter.as_deref(),
@@ -174,12 +173,9 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
                 Some(e) => super::value_format::encode_line(e, value, sent + 1)?,
                 None => value,
             };
-            let mut record = make(Bytes::new());
-            record.value = value;
-            if args.key_delimiter.is_some() {
-                record.key = key;
-            }
-            pending.push_back(producer.send(record).await.map_err(unknown_topic)?);
+            let k = if args.key_delimiter.is_some() { k } else { key.clone() };
+            let m = make(k, value);
+            pending.push_back(producer.send(topic, args.partition, m).await.map_err(unknown_topic)?);
             sent += 1;
             progress.update(sent, || None);
         }
@@ -189,6 +185,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         handle(f.await);
     }
     let elapsed = started.elapsed();
+    producer.close(Duration::from_secs(30)).await?;
     progress.finish();
     eprintln!(
         "produced {} records to {} in {:.2} s ({} failed)",
@@ -204,8 +201,8 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
 }
 
 /// An unknown topic as the user meets it: why it was not created.
-fn missing_topic_hint(e: clink_kafka::Error, topic: &str, no_auto_create: bool) -> anyhow::Error {
-    let unknown = matches!(e, clink_kafka::Error::UnknownTopic { .. });
+fn missing_topic_hint(e: ConnectorError, topic: &str, no_auto_create: bool) -> anyhow::Error {
+    let unknown = matches!(e, ConnectorError::Client(clink_kafka::Error::UnknownTopic { .. }));
     let e = anyhow::Error::new(e);
     match (unknown, no_auto_create) {
         (false, _) => e,

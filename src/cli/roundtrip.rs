@@ -3,7 +3,9 @@
 //! back with `read_committed`, and verifies that every record arrived exactly
 //! once, in order, with the payload it was sent with. Reports records/s, MB/s
 //! and process CPU time per record for each phase, with a progress line at
-//! least every 2 s. Any mismatch is an error (non-zero exit).
+//! least every 2 s. Any mismatch is an error (non-zero exit). Either backend
+//! (`--backend`), through the backend traits; the topic is created and
+//! deleted with the native admin client.
 //!
 //! Record `i` goes to partition `i % P` with key `i` (decimal) and a value
 //! that is a pure function of `i` (see [`fill_value`]), so the consumer can
@@ -17,13 +19,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use bytes::Bytes;
 use clap::Args;
-use clink_kafka::client::{
-    Admin, Cluster, Consumer, ConsumerConfig, IsolationLevel, NewTopic, Offset, Producer, ProducerConfig,
-    ProducerRecord, TopicPartition,
-};
+use clink_kafka::client::{Acks, Admin, ClientConfig, Cluster, ConsumerConfig, IsolationLevel, NewTopic};
+use clink_kafka::connector::options::Backend;
+use clink_kafka::connector::{ConsumerBackend, DeliveryOutcome, KafkaMessage, ProducerBackend, Watermark};
 use clink_kafka::wire::compression::Compression;
 use cpu_time::ProcessTime;
 
+use super::backend::ProducerSettings;
 use super::{thousands, ConnectArgs};
 
 /// Options of `roundtrip`.
@@ -140,10 +142,7 @@ impl Drop for Progress {
 
 /// Runs `roundtrip`.
 pub async fn run(args: RoundtripArgs) -> anyhow::Result<()> {
-    match args.backend.backend()? {
-        clink_kafka::connector::options::Backend::Native => {}
-        other => return super::rdkafka_paths::roundtrip(args, other).await,
-    }
+    let backend = args.backend.backend()?;
     ensure!(args.records > 0, "--records must be positive");
     ensure!(
         args.value_size >= 8,
@@ -152,22 +151,25 @@ pub async fn run(args: RoundtripArgs) -> anyhow::Result<()> {
     ensure!(args.partitions > 0, "--partitions must be positive");
     let compression: Compression = args.compression.parse().context("--compression")?;
     let config = args.connect.client_config()?;
-    let cluster = Cluster::connect(config).await.context("connecting to the cluster")?;
+    let cluster = Cluster::connect(config.clone())
+        .await
+        .context("connecting to the cluster")?;
     let topic = unique_topic_name();
-    let admin = Admin::new(cluster.clone());
+    let admin = Admin::new(cluster);
     admin
         .create_topics(&[NewTopic::new(&topic, args.partitions, 1)])
         .await
         .with_context(|| format!("creating topic {topic}"))?;
     println!(
-        "roundtrip: topic {topic} ({} partition(s)), {} records x {} B values, compression {compression}, \
+        "roundtrip ({}): topic {topic} ({} partition(s)), {} records x {} B values, compression {compression}, \
          brokers {}",
+        backend.name(),
         args.partitions,
         thousands(args.records),
         args.value_size,
         args.connect.brokers
     );
-    let result = produce_and_verify(&args, &cluster, &topic, compression).await;
+    let result = produce_and_verify(&args, backend, &config, &topic, compression).await;
     if !args.keep_topic {
         if let Err(e) = admin.delete_topics(&[&topic]).await {
             eprintln!("warning: deleting topic {topic}: {e}");
@@ -178,7 +180,8 @@ pub async fn run(args: RoundtripArgs) -> anyhow::Result<()> {
 
 async fn produce_and_verify(
     args: &RoundtripArgs,
-    cluster: &Cluster,
+    backend: Backend,
+    config: &ClientConfig,
     topic: &str,
     compression: Compression,
 ) -> anyhow::Result<()> {
@@ -186,22 +189,17 @@ async fn produce_and_verify(
     let parts = args.partitions as u64;
     let n = args.records;
 
-    // Produce.
-    let producer = Producer::new(
-        cluster.clone(),
-        ProducerConfig::default()
-            .with_compression(compression)
-            .with_batch_size(args.batch_size)
-            .with_linger(Duration::from_millis(args.linger_ms))
-            .with_max_record_size(args.value_size + 1024),
-    )
-    .await
-    .context("starting the producer")?;
-    let identity = producer.identity().expect("idempotent by default");
-    println!(
-        "produce: idempotent producer id {} epoch {}",
-        identity.producer_id, identity.producer_epoch
-    );
+    // Produce (idempotent: acks=all).
+    let settings = ProducerSettings {
+        acks: Acks::All,
+        compression,
+        linger: Duration::from_millis(args.linger_ms),
+        batch_size: args.batch_size,
+        max_in_flight: 5,
+        allow_auto_create_topics: true,
+        max_record_size: Some(args.value_size + 1024),
+    };
+    let mut producer = super::backend::producer(backend, config, topic, &settings).await?;
     let acked = Arc::new(AtomicU64::new(0));
     let queued = Arc::new(AtomicU64::new(0));
     let progress = Progress::start("produce: acknowledged", acked.clone(), Some(queued.clone()), n);
@@ -210,13 +208,12 @@ async fn produce_and_verify(
     let mut pending = std::collections::VecDeque::new();
     let mut value = vec![0u8; args.value_size];
     let mut bytes: u64 = 0;
-    let check = |i: u64, report: clink_kafka::Result<clink_kafka::client::DeliveryReport>| -> anyhow::Result<()> {
+    let check = |i: u64, report: DeliveryOutcome| -> anyhow::Result<()> {
         let report = report.with_context(|| format!("delivering record {i}"))?;
         let (want_p, want_o) = ((i % parts) as i32, (i / parts) as i64);
         if report.partition != want_p || report.offset != want_o {
             bail!(
-                "record {i} was acknowledged at {}[{}] offset {}, expected partition {want_p} offset {want_o}",
-                report.topic,
+                "record {i} was acknowledged at {topic}[{}] offset {}, expected partition {want_p} offset {want_o}",
                 report.partition,
                 report.offset
             );
@@ -224,16 +221,13 @@ async fn produce_and_verify(
         acked.fetch_add(1, Ordering::Relaxed);
         Ok(())
     };
-    let topic_name: Arc<str> = topic.into();
     for i in 0..n {
         fill_value(i, &mut value);
         let key = Bytes::from(i.to_string());
         bytes += (key.len() + value.len()) as u64;
-        let record = ProducerRecord::new(topic_name.clone(), Bytes::copy_from_slice(&value))
-            .with_key(key)
-            .with_partition((i % parts) as i32);
+        let m = KafkaMessage::new(Bytes::copy_from_slice(&value)).with_key(key);
         let fut = producer
-            .send(record)
+            .send(topic, Some((i % parts) as i32), m)
             .await
             .with_context(|| format!("sending record {i}"))?;
         pending.push_back((i, fut));
@@ -259,20 +253,14 @@ async fn produce_and_verify(
         cpu: cpu_start.elapsed(),
     };
     drop(progress);
-    drop(producer);
+    producer.close(Duration::from_secs(30)).await?;
     println!("{}", produce.line("produce"));
 
     // Consume (read_committed) and verify.
-    let mut consumer = Consumer::new(
-        cluster.clone(),
-        ConsumerConfig::default()
-            .with_isolation(IsolationLevel::ReadCommitted)
-            .with_auto_offset_reset(None),
-    );
-    let assignment: Vec<TopicPartition> = (0..args.partitions).map(|p| TopicPartition::new(topic, p)).collect();
-    consumer.assign(&assignment);
-    consumer
-        .seek_all(Offset::Earliest)
+    let native = ConsumerConfig::default()
+        .with_isolation(IsolationLevel::ReadCommitted)
+        .with_auto_offset_reset(None);
+    let mut consumer = super::backend::consumer(backend, config, topic, None, true, native)
         .await
         .context("seeking to the beginning")?;
     let received = Arc::new(AtomicU64::new(0));
@@ -290,7 +278,8 @@ async fn produce_and_verify(
         let records = consumer.poll(Duration::from_secs(1)).await.context("polling")?;
         for r in &records {
             let p = r.partition as usize;
-            let offset = r.record.offset;
+            let offset = r.offset;
+            ensure!(p < next_offset.len(), "{topic}: a record from partition {p}");
             if offset != next_offset[p] {
                 bail!(
                     "{topic}[{p}]: got offset {offset}, expected {} (a record is missing or duplicated)",
@@ -301,7 +290,7 @@ async fn produce_and_verify(
             if i >= n {
                 bail!("{topic}[{p}] offset {offset}: more records than were produced");
             }
-            let key = r.record.key.as_deref().unwrap_or_default();
+            let key = r.key.as_deref().unwrap_or_default();
             if key != i.to_string().as_bytes() {
                 bail!(
                     "{topic}[{p}] offset {offset}: key {:?}, expected {i}",
@@ -309,7 +298,7 @@ async fn produce_and_verify(
                 );
             }
             fill_value(i, &mut expected);
-            let got = r.record.value.as_deref().unwrap_or_default();
+            let got = r.payload.as_deref().unwrap_or_default();
             if got != expected.as_slice() {
                 bail!(
                     "{topic}[{p}] offset {offset}: the value of record {i} differs from what was sent ({} bytes)",
@@ -338,20 +327,20 @@ async fn produce_and_verify(
         .context("polling for extra records")?;
     if let Some(r) = extra.first() {
         bail!(
-            "unexpected extra record at {}[{}] offset {}",
-            r.topic,
+            "unexpected extra record at {topic}[{}] offset {}",
             r.partition,
-            r.record.offset
+            r.offset
         );
     }
     for p in 0..args.partitions {
-        let end = consumer.list_offset(topic, p, Offset::Latest).await?;
+        let end = consumer.watermark(topic, p, Watermark::High).await?;
         let want = next_offset[p as usize];
         ensure!(
             end == want,
             "{topic}[{p}]: log end offset {end}, but {want} records were read"
         );
     }
+    consumer.close().await?;
     println!(
         "verified: all {} records arrived exactly once, in order, with the payloads sent",
         thousands(n)

@@ -5,8 +5,8 @@
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use clink_kafka::client::ConsumerRecord;
 use clink_kafka::connector::format::{FormatOptions, ValueDecoder, ValueEncoder, ValueFormat};
+use clink_kafka::connector::{GroupRecord, KafkaMessage};
 
 /// The registry flags.
 #[derive(Args, Debug, Default)]
@@ -88,35 +88,71 @@ pub fn encode_line(encoder: &ValueEncoder, value: Option<Bytes>, line_no: u64) -
     }
 }
 
+/// A consumed record as `decode_records` sees it: its message, and its
+/// topic (a record of a one-topic consumer carries none: `single` is it).
+pub trait Consumed {
+    /// The message, whose value is replaced.
+    fn message(&mut self) -> &mut KafkaMessage;
+    /// The value.
+    fn value(&self) -> Option<&[u8]>;
+    /// The record's topic.
+    fn topic<'a>(&'a self, single: &'a str) -> &'a str;
+}
+
+impl Consumed for KafkaMessage {
+    fn message(&mut self) -> &mut KafkaMessage {
+        self
+    }
+    fn value(&self) -> Option<&[u8]> {
+        self.payload.as_deref()
+    }
+    fn topic<'a>(&'a self, single: &'a str) -> &'a str {
+        single
+    }
+}
+
+impl Consumed for GroupRecord {
+    fn message(&mut self) -> &mut KafkaMessage {
+        &mut self.message
+    }
+    fn value(&self) -> Option<&[u8]> {
+        self.message.payload.as_deref()
+    }
+    fn topic<'a>(&'a self, _: &'a str) -> &'a str {
+        &self.topic
+    }
+}
+
 /// Replaces every value of `records` by its JSON text. A value that cannot
 /// be decoded is, with `skip`, a warning naming the record, and the record
 /// is left out (the count of those is returned); else an error naming it,
 /// and `records` keeps only the records before it (to print them first).
-pub async fn decode_records(
+pub async fn decode_records<R: Consumed>(
     decoder: &mut ValueDecoder,
-    records: &mut Vec<ConsumerRecord>,
+    records: &mut Vec<R>,
+    single_topic: &str,
     skip: bool,
 ) -> anyhow::Result<u64> {
-    decoder
-        .prepare(records.iter().filter_map(|r| r.record.value.as_deref()))
-        .await;
+    decoder.prepare(records.iter().filter_map(|r| r.value())).await;
     let mut skipped = 0;
     let mut failure = None;
     records.retain_mut(|r| {
         if failure.is_some() {
             return false;
         }
-        let Some(v) = &r.record.value else { return true };
+        let topic = r.topic(single_topic).to_owned();
+        let m = r.message();
+        let Some(v) = &m.payload else { return true };
         match decoder.decode(v) {
             Ok(json) => {
-                r.record.value = Some(Bytes::from(json));
+                m.payload = Some(Bytes::from(json));
                 true
             }
             Err(f) if skip => {
                 tracing::warn!(
-                    topic = %r.topic,
-                    partition = r.partition,
-                    offset = r.record.offset,
+                    topic = %topic,
+                    partition = m.partition,
+                    offset = m.offset,
                     format = decoder.format().name(),
                     reason = %f.0,
                     "--decode-error skip: skipping a value that cannot be decoded"
@@ -128,9 +164,9 @@ pub async fn decode_records(
                 failure = Some(anyhow::anyhow!(
                     "the value at {}[{}] offset {} cannot be decoded as {}: {} \
                      (--decode-error skip leaves such values out)",
-                    r.topic,
-                    r.partition,
-                    r.record.offset,
+                    topic,
+                    m.partition,
+                    m.offset,
                     decoder.format().name(),
                     f.0
                 ));

@@ -71,6 +71,13 @@ pub trait ConsumerBackend: Send {
 
     /// Closes the consumer; the backend cannot be used again.
     fn close(&mut self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Records between the positions and the high watermarks last seen, over
+    /// the assignment; `None` when not known (yet, or by this backend). For
+    /// progress lines only.
+    fn lag(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Where one produced record landed (its partition and offset), or why it
@@ -383,7 +390,7 @@ impl ConsumerBackend for NativeConsumer {
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<KafkaMessage>> {
         let (_, consumer) = self.parts()?;
         let records = consumer.poll(timeout).await?;
-        Ok(records.into_iter().map(message_of).collect())
+        Ok(records.into_iter().map(KafkaMessage::from).collect())
     }
 
     async fn close(&mut self) -> Result<()> {
@@ -391,25 +398,36 @@ impl ConsumerBackend for NativeConsumer {
         self.cluster = None;
         Ok(())
     }
+
+    fn lag(&self) -> Option<u64> {
+        let consumer = self.consumer.as_ref()?;
+        consumer.assignment().iter().try_fold(0u64, |sum, tp| {
+            let position = consumer.position(&tp.topic, tp.partition)?;
+            let high_watermark = consumer.watermarks(&tp.topic, tp.partition)?.high_watermark;
+            Some(sum + high_watermark.saturating_sub(position).max(0) as u64)
+        })
+    }
 }
 
 /// A consumed record as a connector message (the topic is dropped).
-fn message_of(r: crate::client::ConsumerRecord) -> KafkaMessage {
-    KafkaMessage {
-        payload: r.record.value,
-        key: r.record.key,
-        headers: r
-            .record
-            .headers
-            .into_iter()
-            .map(|h| Header {
-                key: h.key,
-                value: h.value,
-            })
-            .collect(),
-        offset: r.record.offset,
-        partition: r.partition,
-        timestamp: r.record.timestamp,
+impl From<crate::client::ConsumerRecord> for KafkaMessage {
+    fn from(r: crate::client::ConsumerRecord) -> Self {
+        KafkaMessage {
+            payload: r.record.value,
+            key: r.record.key,
+            headers: r
+                .record
+                .headers
+                .into_iter()
+                .map(|h| Header {
+                    key: h.key,
+                    value: h.value,
+                })
+                .collect(),
+            offset: r.record.offset,
+            partition: r.partition,
+            timestamp: r.record.timestamp,
+        }
     }
 }
 
@@ -474,7 +492,7 @@ impl GroupConsumerBackend for NativeGroupConsumer {
                 .into_iter()
                 .map(|r| GroupRecord {
                     topic: r.topic.clone(),
-                    message: message_of(r),
+                    message: KafkaMessage::from(r),
                 })
                 .collect(),
         })
@@ -531,6 +549,23 @@ pub struct NativeProducer {
     config: ClientConfig,
     producer_config: ProducerConfig,
     producer: Option<Producer>,
+    topic: TopicName,
+}
+
+/// The first topic a producer sends to, shared by every record for it: a
+/// record's topic is then a pointer copy, not an allocation per record.
+#[derive(Debug, Default)]
+struct TopicName(std::sync::OnceLock<std::sync::Arc<str>>);
+
+impl TopicName {
+    fn of(&self, topic: &str) -> std::sync::Arc<str> {
+        let first = self.0.get_or_init(|| topic.into());
+        if **first == *topic {
+            first.clone()
+        } else {
+            topic.into()
+        }
+    }
 }
 
 impl NativeProducer {
@@ -540,6 +575,7 @@ impl NativeProducer {
             config,
             producer_config,
             producer: None,
+            topic: TopicName::default(),
         }
     }
 
@@ -578,7 +614,9 @@ impl ProducerBackend for NativeProducer {
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<NativeDelivery> {
         let producer = self.producer()?;
         Ok(NativeDelivery(
-            producer.send(producer_record(topic, partition, message)).await?,
+            producer
+                .send(producer_record(self.topic.of(topic), partition, message))
+                .await?,
         ))
     }
 
@@ -595,9 +633,9 @@ impl ProducerBackend for NativeProducer {
 }
 
 /// A connector message as the client's record.
-fn producer_record(topic: &str, partition: Option<i32>, message: KafkaMessage) -> ProducerRecord {
+fn producer_record(topic: std::sync::Arc<str>, partition: Option<i32>, message: KafkaMessage) -> ProducerRecord {
     ProducerRecord {
-        topic: topic.into(),
+        topic,
         partition,
         key: message.key,
         value: message.payload,
@@ -619,6 +657,7 @@ pub struct NativeTransactionalProducer {
     cluster: Option<Cluster>,
     producer: Option<TransactionalProducer>,
     two_phase_commit: bool,
+    topic: TopicName,
 }
 
 impl std::fmt::Debug for NativeTransactionalProducer {
@@ -640,6 +679,7 @@ impl NativeTransactionalProducer {
             cluster: None,
             producer: None,
             two_phase_commit: false,
+            topic: TopicName::default(),
         }
     }
 
@@ -684,7 +724,9 @@ impl ProducerBackend for NativeTransactionalProducer {
     async fn send(&self, topic: &str, partition: Option<i32>, message: KafkaMessage) -> Result<NativeDelivery> {
         let producer = self.producer()?;
         Ok(NativeDelivery(
-            producer.send(producer_record(topic, partition, message)).await?,
+            producer
+                .send(producer_record(self.topic.of(topic), partition, message))
+                .await?,
         ))
     }
 

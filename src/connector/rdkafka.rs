@@ -1733,6 +1733,90 @@ pub struct RdkafkaProducer {
     /// ledger, the identity and the last security failure.
     reports: ProducerReports,
     partitions: PartitionCounts,
+    /// The handle of the first topic produced to (see [`TopicHandle`]);
+    /// reset with the producer.
+    topic: std::sync::OnceLock<TopicHandle>,
+}
+
+/// A librdkafka topic handle (`rd_kafka_topic_new`) to queue records with
+/// `rd_kafka_produce`: the rdkafka crate's `send` names the topic instead,
+/// which costs a C string allocation per record and, in librdkafka, a topic
+/// lookup under the client's write lock per record (kcat, like any C
+/// program, keeps a handle). Holds the client, so the handle is destroyed
+/// before the client is.
+struct TopicHandle {
+    name: Box<str>,
+    rkt: std::ptr::NonNull<rdkafka::bindings::rd_kafka_topic_t>,
+    _producer: Arc<RdProducer>,
+}
+
+// SAFETY: librdkafka topic handles are thread safe (reference counted, their
+// state under their own locks); `rd_kafka_produce` may be called on one from
+// any thread.
+unsafe impl Send for TopicHandle {}
+unsafe impl Sync for TopicHandle {}
+
+impl TopicHandle {
+    fn new(producer: &Arc<RdProducer>, topic: &str) -> Result<Self> {
+        let failed = |message: String| ConnectorError::Rdkafka {
+            operation: format!("producing to {topic:?}"),
+            message,
+        };
+        let name = std::ffi::CString::new(topic).map_err(|_| failed("the topic name holds a NUL byte".into()))?;
+        // SAFETY: a live client handle and a NUL-terminated name (copied by
+        // librdkafka); a null configuration is the producer's default topic
+        // configuration, as when a record names its topic.
+        let raw = unsafe {
+            rdkafka::bindings::rd_kafka_topic_new(producer.client().native_ptr(), name.as_ptr(), std::ptr::null_mut())
+        };
+        // SAFETY: reads this thread's last librdkafka error.
+        let rkt = std::ptr::NonNull::new(raw).ok_or_else(|| {
+            failed(RDKafkaErrorCode::from(unsafe { rdkafka::bindings::rd_kafka_last_error() }).to_string())
+        })?;
+        Ok(TopicHandle {
+            name: topic.into(),
+            rkt,
+            _producer: producer.clone(),
+        })
+    }
+}
+
+/// `rd_kafka_produce` of one record on `handle` (0: queued; else see
+/// `rd_kafka_last_error`), with the ledger slot `seq` as its opaque.
+fn produce_raw(
+    handle: &TopicHandle,
+    partition: Option<i32>,
+    key: Option<&[u8]>,
+    payload: Option<&[u8]>,
+    seq: usize,
+) -> i32 {
+    let raw = |b: Option<&[u8]>| b.map_or((std::ptr::null(), 0), |b| (b.as_ptr(), b.len()));
+    let (key, key_len) = raw(key);
+    let (payload, len) = raw(payload);
+    // SAFETY: a live topic handle; librdkafka copies the key and the payload
+    // before returning (`RD_KAFKA_MSG_F_COPY`) and never writes through the
+    // payload pointer with that flag; the opaque is a plain integer (the
+    // ledger slot), read back by the delivery report as `usize`.
+    unsafe {
+        rdkafka::bindings::rd_kafka_produce(
+            handle.rkt.as_ptr(),
+            partition.unwrap_or(-1),
+            rdkafka::bindings::RD_KAFKA_MSG_F_COPY,
+            payload as *mut std::ffi::c_void,
+            len,
+            key as *const std::ffi::c_void,
+            key_len,
+            seq as *mut std::ffi::c_void,
+        )
+    }
+}
+
+impl Drop for TopicHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle from `rd_kafka_topic_new`, destroyed once, while
+        // `_producer` still holds the client.
+        unsafe { rdkafka::bindings::rd_kafka_topic_destroy(self.rkt.as_ptr()) };
+    }
 }
 
 impl std::fmt::Debug for RdkafkaProducer {
@@ -1760,7 +1844,18 @@ impl RdkafkaProducer {
             producer: None,
             reports: ProducerReports::default(),
             partitions: PartitionCounts::default(),
+            topic: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The handle for `topic` when it is the first topic produced to (most
+    /// producers write one topic); `None` for any other.
+    fn topic_handle(&self, producer: &Arc<RdProducer>, topic: &str) -> Result<Option<&TopicHandle>> {
+        if self.topic.get().is_none() {
+            // A concurrent first send may win: its handle is kept, ours dropped.
+            let _ = self.topic.set(TopicHandle::new(producer, topic)?);
+        }
+        Ok(self.topic.get().filter(|h| &*h.name == topic))
     }
 
     fn producer(&self) -> Result<&Arc<RdProducer>> {
@@ -1789,6 +1884,36 @@ impl RdkafkaProducer {
         let seq = ledger.reserve();
         // Releases the slot unless the record was queued.
         let mut reserved = Reserved { ledger, seq: Some(seq) };
+        if message.headers.is_empty() && message.timestamp < 0 {
+            if let Some(handle) = self.topic_handle(producer, topic)? {
+                loop {
+                    let rc = produce_raw(
+                        handle,
+                        partition,
+                        message.key.as_deref(),
+                        message.payload.as_deref(),
+                        seq,
+                    );
+                    if rc == 0 {
+                        reserved.seq = None;
+                        return Ok(RdkafkaDelivery {
+                            ledger: ledger.clone(),
+                            seq,
+                        });
+                    }
+                    // SAFETY: reads this thread's last librdkafka error, set
+                    // by the failed call above.
+                    let code = RDKafkaErrorCode::from(unsafe { rdkafka::bindings::rd_kafka_last_error() });
+                    if code != RDKafkaErrorCode::QueueFull {
+                        return Err(rd_err(
+                            format!("producing to {topic:?}"),
+                            KafkaError::MessageProduction(code),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
         let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, seq);
         if let Some(k) = message.key.as_deref() {
             record = record.key(k);
@@ -1839,6 +1964,8 @@ impl RdkafkaProducer {
     /// Flushes (bounded), then destroys the producer off the runtime;
     /// records still without a report fail.
     async fn close_producer(&mut self, flush: Option<Duration>) -> Result<()> {
+        // The topic handle first: it holds the client.
+        drop(self.topic.take());
         let mut result = Ok(());
         if let Some(p) = self.producer.take() {
             result = blocking("closing the producer", move || {
@@ -1863,6 +1990,7 @@ impl RdkafkaProducer {
 /// so no delivery handle waits for ever.
 impl Drop for RdkafkaProducer {
     fn drop(&mut self) {
+        drop(self.topic.take());
         drop(self.producer.take());
         self.reports
             .ledger

@@ -242,6 +242,10 @@ impl ConsumerBackend for SelectedConsumer {
     async fn close(&mut self) -> Result<()> {
         each!(self, b => b.close().await, SelectedConsumer)
     }
+
+    fn lag(&self) -> Option<u64> {
+        each!(self, b => b.lag(), SelectedConsumer)
+    }
 }
 
 impl ProducerBackend for SelectedProducer {
