@@ -43,6 +43,13 @@ def _b64(rng, n):
     return "".join(rng.choice(B64) for _ in range(n))
 
 
+def _page(rng):
+    page = rng.choice(PAGES)
+    if page != "/" and rng.random() < 0.6:
+        page += "/" + str(rng.randrange(100_000))
+    return page
+
+
 def _str(s):
     # The generator only emits characters that need no escaping.
     return '"' + s + '"'
@@ -63,7 +70,7 @@ def event(rng, seq):
         ("session_id", _str(_b64(rng, 22))),
         ("trace_id", _str(_b64(rng, 32))),
         ("ip", _str(".".join(str(rng.randrange(256)) for _ in range(4)))),
-        ("page", _str(rng.choice(PAGES) + ("/" + str(rng.randrange(100_000)) if rng.random() < 0.6 else ""))),
+        ("page", _str(_page(rng))),
     ]
     if rng.random() < 0.6:
         fields.append(("device", "{" + ",".join((
