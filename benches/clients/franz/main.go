@@ -5,11 +5,14 @@
 //	franz-bench produce -brokers B -topic T -count N -value-size S -compression C
 //	franz-bench consume -brokers B -topic T -count N
 //	franz-bench consume -brokers B -topic T -group G [-group-protocol classic|consumer] [-count N]
+//	franz-bench latency -brokers B -topic T -rate R -duration D -warmup W [-value-size S]
 //
 // produce: N records of S bytes of 'x', no key, acks=all, idempotent,
 // linger 5 ms, batch.size 256 KiB (before compression), franz-go's default
 // partitioner; one callback per record counts failures. It prints
 // "produced N records (F failed)" on stderr and exits non-zero if F > 0.
+// With -input FILE: one record per line of FILE instead, "KEY<TAB>VALUE"
+// (the harness's realistic payload file; -count must be its line count).
 // With -rate R: R records per second, paced in 10 ms ticks, round robin over
 // the partitions (a live feed for benches/groups/run); -count 0 with -rate
 // produces until SIGTERM or SIGINT.
@@ -32,18 +35,31 @@
 // in group mode, are flushed after every poll, so the harness sees when each
 // record arrived.
 //
+// latency: end-to-end latency at a fixed rate (issue 23), the same rules as
+// benches/clients/latency.rs: record i is due at start + i/R, the producer
+// sends every due record each 1 ms tick with its due time (nanoseconds since
+// a process-wide monotonic origin) and i in the first 16 bytes of the value;
+// a consumer in the same process (no group, from the end of every partition,
+// assigned before the first send) takes now - due per record; records due
+// in the first -warmup are not counted. Prints one JSON line with p50, p99,
+// p99.9, max and mean in microseconds.
+//
 // This is a benchmark client, written for this repository; it measures
 // nothing itself (the harness takes CPU, wall time and peak RSS from wait4).
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -63,6 +79,8 @@ func main() {
 		err = produce(os.Args[2:])
 	case "consume":
 		err = consume(os.Args[2:])
+	case "latency":
+		err = latency(os.Args[2:])
 	default:
 		usage()
 	}
@@ -124,6 +142,7 @@ func produce(argv []string) error {
 	lingerMs := fs.Int("linger-ms", 5, "linger in milliseconds")
 	batchSize := fs.Int("batch-size", 256*1024, "max bytes of a record batch before compression")
 	rate := fs.Int("rate", 0, "records per second, round robin over the partitions (0: as fast as possible)")
+	input := fs.String("input", "", "produce one record per line of this file, KEY<TAB>VALUE (-count: its line count)")
 	fs.Parse(argv)
 	if c.count == 0 && *rate > 0 && c.topic != "" {
 		c.count = -1 // until a signal
@@ -180,6 +199,32 @@ func produce(argv []string) error {
 					cl.Produce(ctx, &kgo.Record{Value: value}, done)
 				}
 			}
+		}
+	} else if *input != "" {
+		f, err := os.Open(*input)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() && sent < c.count {
+			line := sc.Bytes()
+			rec := &kgo.Record{}
+			if i := bytes.IndexByte(line, '\t'); i >= 0 {
+				rec.Key = append([]byte(nil), line[:i]...)
+				rec.Value = append([]byte(nil), line[i+1:]...)
+			} else {
+				rec.Value = append([]byte(nil), line...)
+			}
+			cl.Produce(ctx, rec, done)
+			sent++
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w", *input, err)
+		}
+		if sent != c.count {
+			return fmt.Errorf("%s has %d lines, -count is %d", *input, sent, c.count)
 		}
 	} else {
 		for ; sent < c.count; sent++ {
@@ -320,6 +365,150 @@ func consume(argv []string) error {
 	}
 	if c.count > 0 && got != c.count {
 		return fmt.Errorf("consumed %d records, expected exactly %d", got, c.count)
+	}
+	return nil
+}
+
+func latency(argv []string) error {
+	fs := flag.NewFlagSet("latency", flag.ExitOnError)
+	brokers := fs.String("brokers", "127.0.0.1:19092", "bootstrap brokers, comma-separated")
+	topic := fs.String("topic", "", "topic (must exist)")
+	rate := fs.Int64("rate", 1000, "records per second")
+	duration := fs.Duration("duration", 20*time.Second, "how long to produce")
+	warmup := fs.Duration("warmup", 5*time.Second, "records due in this first span are not counted")
+	drain := fs.Duration("drain", 30*time.Second, "give up this long after the last record was due")
+	valueSize := fs.Int("value-size", 100, "bytes per value (at least 16)")
+	compression := fs.String("compression", "none", "none, gzip, snappy, lz4 or zstd")
+	lingerMs := fs.Int("linger-ms", 1, "linger in milliseconds")
+	fs.Parse(argv)
+	if *topic == "" {
+		return errors.New("-topic is required")
+	}
+	if *rate < 1 || *valueSize < 16 || *warmup >= *duration {
+		return errors.New("-rate must be at least 1, -value-size at least 16, -warmup less than -duration")
+	}
+	cc, err := codec(*compression)
+	if err != nil {
+		return err
+	}
+	seed := strings.Split(*brokers, ",")
+	// The consumer starts at the end of every partition (fresh topic: 0).
+	cons, err := kgo.NewClient(kgo.SeedBrokers(seed...), kgo.ConsumeTopics(*topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(seed...), kgo.DefaultProduceTopic(*topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(time.Duration(*lingerMs)*time.Millisecond),
+		kgo.ProducerBatchCompression(cc))
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	ctx := context.Background()
+	if err := prod.Ping(ctx); err != nil {
+		return err
+	}
+	// Let the consumer find its partitions and their end offsets first.
+	warm, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	cons.PollFetches(warm)
+	cancel()
+
+	origin := time.Now()
+	nowNs := func() int64 { return int64(time.Since(origin)) }
+	total := int64(float64(*rate) * duration.Seconds())
+	period := 1e9 / float64(*rate)
+	start := nowNs() + 50_000_000
+	warmEnd := start + int64(*warmup)
+	var failed atomic.Int64
+	done := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}
+	filler := []byte(strings.Repeat("x", *valueSize-16))
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		var i int64
+		for i < total {
+			<-tick.C
+			now := nowNs()
+			for ; i < total; i++ {
+				due := start + int64(float64(i)*period)
+				if due > now {
+					break
+				}
+				v := make([]byte, 16, *valueSize)
+				binary.BigEndian.PutUint64(v, uint64(due))
+				binary.BigEndian.PutUint64(v[8:], uint64(i))
+				v = append(v, filler...)
+				prod.Produce(ctx, &kgo.Record{Value: v}, done)
+			}
+		}
+	}()
+	lastDue := start + int64(float64(total-1)*period)
+	giveUp := lastDue + int64(*drain)
+	lat := make([]int64, 0, total)
+	var received int64
+	for received < total {
+		if nowNs() > giveUp {
+			return fmt.Errorf("received %d of %d records within -drain after the last was due", received, total)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		fetches := cons.PollFetches(pctx)
+		cancel()
+		now := nowNs()
+		var ferr error
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && ferr == nil {
+				ferr = fmt.Errorf("fetch %s[%d]: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			received++
+			if len(r.Value) < 16 {
+				return
+			}
+			due := int64(binary.BigEndian.Uint64(r.Value))
+			if due >= warmEnd {
+				lat = append(lat, now-due)
+			}
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		return err
+	}
+	if len(lat) == 0 {
+		return errors.New("no record after the warm-up")
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	pct := func(q float64) float64 {
+		rank := int(float64(len(lat))*q + 0.999999999)
+		if rank < 1 {
+			rank = 1
+		}
+		if rank > len(lat) {
+			rank = len(lat)
+		}
+		return float64(lat[rank-1]/100) / 10
+	}
+	var sum float64
+	for _, x := range lat {
+		sum += float64(x)
+	}
+	out, _ := json.Marshal(map[string]any{
+		"backend": "franz-go", "rate": *rate, "sent": total, "received": received, "failed": failed.Load(),
+		"measured": len(lat), "p50_us": pct(0.5), "p99_us": pct(0.99), "p999_us": pct(0.999),
+		"max_us": float64(lat[len(lat)-1]/100) / 10, "mean_us": float64(int64(sum/float64(len(lat))/100)) / 10,
+	})
+	fmt.Println(string(out))
+	if f := failed.Load(); f > 0 {
+		return fmt.Errorf("%d deliveries failed", f)
 	}
 	return nil
 }
