@@ -358,6 +358,17 @@ fn the_cli_produces_and_consumes_with_gssapi() {
         .collect();
     assert_eq!(got, values);
 
+    // `--backend rdkafka`: the named refusal (no libsasl2 there).
+    if cfg!(feature = "rdkafka") {
+        let out = common::process::run_to_exit(
+            &mut cli(&["consume", "--backend", "rdkafka", "--count", "1"]),
+            "",
+            Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("libsasl2"), "{stderr}");
+    }
+
     // Misuse is refused, naming the flag.
     for (args, expected) in [
         (

@@ -151,6 +151,19 @@ fn hostile_tokens_are_typed_errors() {
         Err(KerberosError::Malformed(_))
     ));
     assert!(verify_ap_rep(&gss_frame(TOK_ERROR, b"\x30\x00"), &SESSION, &c, &ours(9, 1)).is_err());
+    // Every single-byte corruption: an error or (never) a panic; only the
+    // untouched token passes.
+    for i in 0..good.len() {
+        for v in [0x00u8, 0x7f, 0x80, 0xff] {
+            let mut t = good.clone();
+            if t[i] == v {
+                continue;
+            }
+            t[i] = v;
+            let _ = verify_ap_rep(&t, &SESSION, &c, &ours(9, 1));
+            let _ = read_authenticator(&t, &SESSION, &c);
+        }
+    }
     // Long DER length forms that lie.
     assert!(gss_unframe(&[0x60, 0x85, 1, 2, 3, 4, 5]).is_err());
     assert!(gss_unframe(&[0x60, 0x84, 0xff, 0xff, 0xff, 0xff]).is_err());
