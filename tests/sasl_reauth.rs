@@ -2,10 +2,12 @@
 //! (`scripts/kafka-local up --sasl`: `connections.max.reauth.ms=10000`).
 //!
 //! OAUTHBEARER runs the same on the OAUTH listener (same 10 s sessions)
-//! with 15 s Keycloak tokens, renewed by the OIDC provider meanwhile.
+//! with 15 s Keycloak tokens, renewed by the OIDC provider meanwhile, and
+//! GSSAPI on the KRB listener (same 10 s sessions), each re-authentication
+//! a fresh AS/TGS exchange with the MIT KDC (no ticket cache).
 //!
-//! For SCRAM-SHA-512 and PLAIN, concurrently (so the binary takes about one
-//! run's time): a producer and a consumer share one cluster handle for
+//! For every mechanism, concurrently in one test (so the binary takes about
+//! one run's time): a producer and a consumer share one cluster handle for
 //! `CLINK_KAFKA_REAUTH_TEST_SECS` (default 60) seconds. The broker connection
 //! that carries Produce and Fetch must stay the same connection all along,
 //! re-authenticate at least 4 times (a 10 s session, renewed at 85-95 % of
@@ -176,12 +178,10 @@ async fn run_across_reauthentications(mut config: ClientConfig, mechanism: SaslM
     reauths
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scram_sha_512_reauthenticates_without_failed_requests() {
     produce_consume_across_reauthentications(SaslMechanism::ScramSha512).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_reauthenticates_without_failed_requests() {
     produce_consume_across_reauthentications(SaslMechanism::Plain).await;
 }
@@ -191,7 +191,6 @@ async fn plain_reauthenticates_without_failed_requests() {
 /// ends at the earlier of the two, and the shared OIDC provider fetches a
 /// new token at half of each 15 s token's life (10 s margin), so the run both
 /// re-authenticates and renews its token several times.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauthbearer_reauthenticates_with_fresh_tokens_without_failed_requests() {
     use clink_kafka::client::{OAuthBearerConfig, OidcClientCredentials, OidcConfig, TlsConfig, TokenProvider};
     let vars = [
@@ -217,4 +216,42 @@ async fn oauthbearer_reauthenticates_with_fresh_tokens_without_failed_requests()
     let fetches = provider.fetches();
     eprintln!("OAUTHBEARER: {fetches} token fetches for {reauths} re-authentications of the data connection");
     assert!(fetches >= 3, "only {fetches} token fetches: tokens live 15 s");
+}
+
+/// GSSAPI on the KRB listener (`connections.max.reauth.ms` = 10 s too):
+/// every re-authentication is a new Kerberos context (AS and TGS exchanges
+/// with scripts/kdc-local's KDC, AP-REQ, the RFC 4752 security-layer step).
+async fn gssapi_reauthenticates_without_failed_requests() {
+    use clink_kafka::client::KerberosConfig;
+    let vars = [
+        "CLINK_KAFKA_GSSAPI_BOOTSTRAP",
+        "CLINK_KAFKA_KRB5_KDC",
+        "CLINK_KAFKA_KRB5_CLIENT_KEYTAB",
+        "CLINK_KAFKA_KRB5_CLIENT_PRINCIPAL",
+        "CLINK_KAFKA_KRB5_SERVICE_NAME",
+    ];
+    let mut v = Vec::new();
+    for var in vars {
+        let Some(value) = common::required_env(var) else { return };
+        v.push(value);
+    }
+    let mut kerberos = KerberosConfig::new(&v[3], &v[2]);
+    kerberos.service_name = v[4].clone();
+    kerberos.kdc = Some(v[1].clone());
+    let config = ClientConfig::new(&v[0]).with_kerberos(kerberos);
+    run_across_reauthentications(config, SaslMechanism::Gssapi).await;
+}
+
+/// The four runs at once, in one test: each is a minute of mostly waiting,
+/// and libtest runs only as many tests at a time as there are cores, so
+/// four separate tests would take two minutes on the 2-core CI machine.
+/// A failure names its mechanism in its panic message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mechanism_reauthenticates_without_failed_requests() {
+    tokio::join!(
+        scram_sha_512_reauthenticates_without_failed_requests(),
+        plain_reauthenticates_without_failed_requests(),
+        oauthbearer_reauthenticates_with_fresh_tokens_without_failed_requests(),
+        gssapi_reauthenticates_without_failed_requests(),
+    );
 }
