@@ -83,7 +83,7 @@ pub async fn producer(
             SelectedProducer::Native(NativeProducer::new(config.clone(), c))
         }
         _ => {
-            let mut o = clink_kafka::connector::options::SinkOptions::new(&brokers(config), topic);
+            let mut o = clink_kafka::connector::options::SinkOptions::new(brokers(config), topic);
             o.backend = backend;
             o.client_id = config.client_id.clone();
             o.security = security(config);
@@ -120,7 +120,7 @@ pub async fn consumer(
     let mut c = match backend {
         Backend::Native => SelectedConsumer::Native(NativeConsumer::new(config.clone(), native)),
         _ => {
-            let mut o = clink_kafka::connector::options::SourceOptions::new(&brokers(config), topic);
+            let mut o = clink_kafka::connector::options::SourceOptions::new(brokers(config), topic);
             o.backend = backend;
             o.client_id = config.client_id.clone();
             o.security = security(config);
