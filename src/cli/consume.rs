@@ -215,6 +215,13 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     } else {
         Some(parse_template(&args.format))
     };
+    // Headers are printed by JSON and %h only (librdkafka parses them per
+    // record when asked).
+    consumer.read_headers(
+        template
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|p| matches!(p, Piece::Headers))),
+    );
     let topic = args.topic.as_str();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

@@ -78,6 +78,13 @@ pub trait ConsumerBackend: Send {
     fn lag(&self) -> Option<u64> {
         None
     }
+
+    /// Whether the records `poll` returns carry their headers (default: they
+    /// do). A caller that never reads headers may say so: a backend may then
+    /// leave them out (librdkafka parses them per record, on request).
+    fn read_headers(&mut self, read: bool) {
+        let _ = read;
+    }
 }
 
 /// Where one produced record landed (its partition and offset), or why it

@@ -564,7 +564,12 @@ impl RawMessage<'_> {
 /// # Safety
 /// `m` is a live message from `rd_kafka_consume_batch_queue` with no
 /// error; the result borrows its memory until it is destroyed.
-unsafe fn read_message<'a>(m: *const rdkafka::bindings::rd_kafka_message_t) -> RawMessage<'a> {
+/// Headers are read only with `with_headers`: librdkafka parses a record's
+/// headers on first access, with a reader and an allocation per record
+/// (about 1,100 instructions, even for a record without headers, whose
+/// header section still holds its count), which a caller that never looks at
+/// headers need not pay.
+unsafe fn read_message<'a>(m: *const rdkafka::bindings::rd_kafka_message_t, with_headers: bool) -> RawMessage<'a> {
     use rdkafka::bindings as rd;
     let msg = &*m;
     let bytes = |ptr: *mut std::ffi::c_void, len: usize| -> Option<&'a [u8]> {
@@ -574,7 +579,8 @@ unsafe fn read_message<'a>(m: *const rdkafka::bindings::rd_kafka_message_t) -> R
     let timestamp = rd::rd_kafka_message_timestamp(m, &mut tstype);
     let mut headers = Vec::new();
     let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
-    if rd::rd_kafka_message_headers(m, &mut hdrs) == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+    if with_headers && rd::rd_kafka_message_headers(m, &mut hdrs) == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+    {
         let mut i = 0;
         loop {
             let mut name: *const std::ffi::c_char = std::ptr::null();
@@ -652,6 +658,8 @@ pub struct RdkafkaConsumer {
     ready: Arc<Notify>,
     /// An error polled after records of the same poll; returned next.
     deferred: Option<ConnectorError>,
+    /// Whether records carry their headers (see [`ConsumerBackend::read_headers`]).
+    headers: bool,
 }
 
 impl std::fmt::Debug for RdkafkaConsumer {
@@ -700,6 +708,7 @@ impl RdkafkaConsumer {
             assigned: false,
             ready: Arc::new(Notify::new()),
             deferred: None,
+            headers: true,
         })
     }
 
@@ -740,6 +749,7 @@ impl RdkafkaConsumer {
         let Some(queue) = &self.queue else {
             return Vec::new();
         };
+        let with_headers = self.headers;
         let mut out: Vec<KafkaMessage> = Vec::new();
         let mut raw = [std::ptr::null_mut(); CONSUME_CHUNK];
         let mut copied = 0usize;
@@ -753,7 +763,7 @@ impl RdkafkaConsumer {
                 // after the last use of what they hold.
                 let err = unsafe { (*m).err };
                 if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    records.push(unsafe { read_message(m) });
+                    records.push(unsafe { read_message(m, with_headers) });
                 } else if let Some(fatal) = classify(KafkaError::MessageConsumption(err.into())) {
                     // The records taken with it still go out (nothing is
                     // lost); the error ends the poll and is returned next.
@@ -1016,6 +1026,10 @@ impl ConsumerBackend for RdkafkaConsumer {
             // queue that stayed non-empty behind a non-message event.
             let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), self.ready.notified()).await;
         }
+    }
+
+    fn read_headers(&mut self, read: bool) {
+        self.headers = read;
     }
 
     async fn close(&mut self) -> Result<()> {
@@ -1285,7 +1299,7 @@ impl RdkafkaGroupConsumer {
         let mut topics = Vec::with_capacity(taken.len());
         // SAFETY: live messages (each `BorrowedMessage` keeps its
         // librdkafka message until dropped, after the copy below).
-        let raw: Vec<RawMessage<'_>> = taken.iter().map(|m| unsafe { read_message(m.ptr()) }).collect();
+        let raw: Vec<RawMessage<'_>> = taken.iter().map(|m| unsafe { read_message(m.ptr(), true) }).collect();
         copy_messages(raw, &mut messages);
         for m in &taken {
             let name = m.topic();

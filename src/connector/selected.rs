@@ -246,6 +246,10 @@ impl ConsumerBackend for SelectedConsumer {
     fn lag(&self) -> Option<u64> {
         each!(self, b => b.lag(), SelectedConsumer)
     }
+
+    fn read_headers(&mut self, read: bool) {
+        each!(self, b => b.read_headers(read), SelectedConsumer)
+    }
 }
 
 impl ProducerBackend for SelectedProducer {
