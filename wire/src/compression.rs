@@ -1203,8 +1203,8 @@ mod zstd {
     use super::{consumed, corrupt, take, take_u32_le, CompressionError, Sink};
     use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
     use std::cell::RefCell;
-    use structured_zstd::encoding::FrameCompressor;
     use std::io::Read;
+    use structured_zstd::encoding::FrameCompressor;
 
     const NAME: &str = "zstd";
     const MAGIC: u32 = 0xFD2F_B528;
