@@ -23,7 +23,9 @@
 //!
 //! `CODECS_DUMP=FILE` writes the uncompressed records section to FILE and
 //! prints the record count, so that another implementation (benches/codecs-go,
-//! franz-go's codecs) compresses exactly the same bytes.
+//! franz-go's codecs) compresses exactly the same bytes; it also writes
+//! `FILE.gzip`, `FILE.snappy`, `FILE.lz4` and `FILE.zstd`, our compressed
+//! output, for other decoders to read back.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -326,12 +328,18 @@ fn env_or(name: &str, default: u64) -> u64 {
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is taken.
     let (section, records) = records_section();
+    let mut out = Vec::with_capacity(2 * section.len());
     if let Ok(path) = std::env::var("CODECS_DUMP") {
         std::fs::write(&path, &section).unwrap();
+        // And what each codec makes of it, for other decoders to check
+        // (`zstd -d`, `gzip -d`, `lz4 -d`).
+        for codec in CODECS {
+            compress(codec, &section, &mut out);
+            std::fs::write(format!("{path}.{codec}"), &out).unwrap();
+        }
         println!("{records}");
         return;
     }
-    let mut out = Vec::with_capacity(2 * section.len());
     if let Ok(selector) = std::env::var("CODECS_CALLGRIND") {
         let (name, iterations) = selector.split_once('/').unwrap_or((&selector, "10"));
         let codec: Compression = name.parse().unwrap();
