@@ -106,10 +106,7 @@ fn parse_args() -> anyhow::Result<Args> {
         (16..=1 << 20).contains(&a.value_size),
         "--value-size must be between 16 and 1048576"
     );
-    ensure!(
-        a.warmup_s < a.duration_s,
-        "--warmup-s must be less than --duration-s"
-    );
+    ensure!(a.warmup_s < a.duration_s, "--warmup-s must be less than --duration-s");
     Ok(a)
 }
 
