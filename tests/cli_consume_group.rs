@@ -136,6 +136,26 @@ impl Running {
     }
 }
 
+impl Running {
+    /// SIGINT, then SIGKILL if the child has not exited within `within`.
+    fn interrupt_or_kill(&mut self, within: Duration) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-INT", &pid]).status();
+        let deadline = Instant::now() + within;
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                eprintln!("note: no exit within {within:?} after SIGINT; killed");
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Let the readers drain.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -329,7 +349,11 @@ async fn mixed_group_with_java(protocol: &str) {
         || format!("java {} ours {} of {total}", java.lines().len(), ours.lines().len()),
     );
     std::thread::sleep(Duration::from_secs(2));
-    java.interrupt(Duration::from_secs(60));
+    // What Java printed is all in by now (checked above); how long Kafka's
+    // console consumer takes to shut down is not what this test proves (CI
+    // once saw it not exit within 60 s of SIGINT on a loaded machine), so
+    // it is killed if it lingers.
+    java.interrupt_or_kill(Duration::from_secs(30));
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for v in java.lines().into_iter().chain(ours.lines()) {
         *count.entry(v).or_default() += 1;
