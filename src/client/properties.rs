@@ -1163,36 +1163,14 @@ impl ClientProperties {
     fn finish_security(&mut self, s: SecurityParts) -> Result<()> {
         let c = &mut self.client;
         if s.mechanism == Some(SaslMechanism::OAuthBearer) {
-            if let Some(option) = [
-                ("sasl.username", s.username.is_some()),
-                ("sasl.password", s.password.is_some()),
-            ]
-            .into_iter()
-            .find_map(|(o, set)| set.then_some(o))
-            {
-                return Err(Error::Config {
-                    option,
-                    message: "not used by sasl.mechanism=OAUTHBEARER: give sasl.oauthbearer.client.id and \
-                              sasl.oauthbearer.client.secret"
-                        .into(),
-                });
-            }
-            if !c.security_protocol.uses_sasl() {
-                return Err(Error::Config {
-                    option: "security.protocol",
-                    message: format!(
-                        "sasl.mechanism=OAUTHBEARER but security.protocol is {}: the token would never be \
-                         presented; allowed: sasl_plaintext, sasl_ssl",
-                        c.security_protocol
-                    ),
-                });
-            }
-            if let Some(option) = s.krb.given {
-                return Err(Error::Config {
-                    option,
-                    message: "set without sasl.mechanism=GSSAPI".into(),
-                });
-            }
+            no_password_nor_other_mechanism(
+                &s,
+                c.security_protocol,
+                "OAUTHBEARER",
+                "sasl.oauthbearer.client.id and sasl.oauthbearer.client.secret",
+                "token",
+                s.krb.given.map(|o| (o, "GSSAPI")),
+            )?;
             let oauth = oauth_from_parts(s.oauth)?;
             c.sasl = Some(SaslConfig {
                 mechanism: SaslMechanism::OAuthBearer,
@@ -1202,36 +1180,14 @@ impl ClientProperties {
                 kerberos: None,
             });
         } else if s.mechanism == Some(SaslMechanism::Gssapi) {
-            if let Some(option) = [
-                ("sasl.username", s.username.is_some()),
-                ("sasl.password", s.password.is_some()),
-            ]
-            .into_iter()
-            .find_map(|(o, set)| set.then_some(o))
-            {
-                return Err(Error::Config {
-                    option,
-                    message: "not used by sasl.mechanism=GSSAPI: give sasl.kerberos.principal and \
-                              sasl.kerberos.keytab"
-                        .into(),
-                });
-            }
-            if let Some(option) = s.oauth.given {
-                return Err(Error::Config {
-                    option,
-                    message: "set without sasl.mechanism=OAUTHBEARER".into(),
-                });
-            }
-            if !c.security_protocol.uses_sasl() {
-                return Err(Error::Config {
-                    option: "security.protocol",
-                    message: format!(
-                        "sasl.mechanism=GSSAPI but security.protocol is {}: the ticket would never be presented; \
-                         allowed: sasl_plaintext, sasl_ssl",
-                        c.security_protocol
-                    ),
-                });
-            }
+            no_password_nor_other_mechanism(
+                &s,
+                c.security_protocol,
+                "GSSAPI",
+                "sasl.kerberos.principal and sasl.kerberos.keytab",
+                "ticket",
+                s.oauth.given.map(|o| (o, "OAUTHBEARER")),
+            )?;
             let k = s.krb;
             let required = |option: &'static str| Error::Config {
                 option,
@@ -1509,6 +1465,48 @@ impl ProducerConfig {
         p.refuse_outside("ProducerConfig::from_properties", &[Target::Producer])?;
         Ok((p.client, p.producer))
     }
+}
+
+/// The checks shared by the mechanisms that take no password (OAUTHBEARER,
+/// GSSAPI): `sasl.username`/`sasl.password` refused (with what to give
+/// instead), the other mechanism's options refused (`other`: the first one
+/// set and its mechanism), and a protocol that presents the `credential`.
+fn no_password_nor_other_mechanism(
+    s: &SecurityParts,
+    protocol: SecurityProtocol,
+    mechanism: &str,
+    give_instead: &str,
+    credential: &str,
+    other: Option<(&'static str, &str)>,
+) -> Result<()> {
+    if let Some(option) = [
+        ("sasl.username", s.username.is_some()),
+        ("sasl.password", s.password.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(o, set)| set.then_some(o))
+    {
+        return Err(Error::Config {
+            option,
+            message: format!("not used by sasl.mechanism={mechanism}: give {give_instead}"),
+        });
+    }
+    if !protocol.uses_sasl() {
+        return Err(Error::Config {
+            option: "security.protocol",
+            message: format!(
+                "sasl.mechanism={mechanism} but security.protocol is {protocol}: the {credential} would never be \
+                 presented; allowed: sasl_plaintext, sasl_ssl"
+            ),
+        });
+    }
+    if let Some((option, other)) = other {
+        return Err(Error::Config {
+            option,
+            message: format!("set without sasl.mechanism={other}"),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
