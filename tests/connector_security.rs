@@ -68,14 +68,7 @@ async fn sink_then_source(brokers: &str, security: &[(&str, &str)], prefix: &str
     sink.close().await.unwrap();
 
     let options = parse_source(FactoryKind::MessageSource, &params(brokers, &topic, security), 0, 1).unwrap();
-    let mut source = selected::kafka_source(options).unwrap();
-    source.open().await.unwrap();
-    let got = common::connector::read_n(&mut source, RECORDS).await;
-    source.close().await.unwrap();
-    let got: Vec<String> = got
-        .iter()
-        .map(|m| String::from_utf8(m.payload_bytes().to_vec()).unwrap())
-        .collect();
+    let got = common::connector::read_values(options, RECORDS).await;
     assert_eq!(got, want, "{prefix} on {}", common::connector::backend());
 }
 

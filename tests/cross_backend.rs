@@ -726,14 +726,7 @@ async fn gzip_and_zstd_batches_cross_backends_both_ways() {
             1,
         )
         .unwrap();
-        let mut source = selected::kafka_source(o).unwrap();
-        source.open().await.unwrap();
-        let got = common::connector::read_n(&mut source, N).await;
-        source.close().await.unwrap();
-        let got: Vec<String> = got
-            .iter()
-            .map(|m| String::from_utf8(m.payload_bytes().to_vec()).unwrap())
-            .collect();
+        let got = common::connector::read_values(o, N).await;
         assert_eq!(got, want, "{name}: written natively, read by rdkafka");
     }
 }

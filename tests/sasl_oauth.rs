@@ -200,14 +200,7 @@ async fn sink_and_source_with_keycloak_client_credentials() {
     )
     .unwrap();
     assert_no_secret(&format!("{options:?}"), &[&o.secret], "the source options' Debug");
-    let mut source = selected::kafka_source(options).unwrap();
-    source.open().await.unwrap();
-    let got = common::connector::read_n(&mut source, RECORDS).await;
-    source.close().await.unwrap();
-    let got: Vec<String> = got
-        .iter()
-        .map(|m| String::from_utf8(m.payload_bytes().to_vec()).unwrap())
-        .collect();
+    let got = common::connector::read_values(options, RECORDS).await;
     assert_eq!(got, want, "on {}", common::connector::backend());
     assert_no_secret(&logs.contents(), &[&o.secret], "the logs");
 }

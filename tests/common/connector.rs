@@ -77,6 +77,19 @@ where
     panic!("only {} of {n} records after 2000 produce calls", out.len());
 }
 
+/// Opens the selected backend's source with `options`, reads `n` records
+/// ([`read_n`]), closes it, and returns their values as UTF-8 strings.
+pub async fn read_values(options: clink_kafka::connector::options::SourceOptions, n: usize) -> Vec<String> {
+    use clink_kafka::connector::Source;
+    let mut source = clink_kafka::connector::selected::kafka_source(options).unwrap();
+    source.open().await.unwrap();
+    let got = read_n(&mut source, n).await;
+    source.close().await.unwrap();
+    got.iter()
+        .map(|m| String::from_utf8(m.payload_bytes().to_vec()).unwrap())
+        .collect()
+}
+
 /// Connector build parameters: `brokers`, `topic`, `backend` (see
 /// [`backend`]), then `extra`.
 pub fn connector_params(brokers: &str, topic: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
