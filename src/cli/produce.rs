@@ -93,6 +93,11 @@ pub(super) fn parse_line(
     }
 }
 
+/// At most this many records' delivery futures are kept: past it, the
+/// oldest is awaited before the next record is sent (with stdin as with
+/// `--count`), so a long input never grows the process.
+const MAX_PENDING: usize = 50_000;
+
 /// Runs `produce`, on either backend through the backend traits.
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let _metrics = args.metrics.start().await?;
@@ -156,7 +161,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             pending.push_back(producer.send(topic, args.partition, m).await.map_err(unknown_topic)?);
             sent += 1;
             progress.update(sent, || None);
-            while pending.len() > 50_000 {
+            while pending.len() > MAX_PENDING {
                 handle(pending.pop_front().expect("non-empty").await);
             }
         }
@@ -178,6 +183,11 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             pending.push_back(producer.send(topic, args.partition, m).await.map_err(unknown_topic)?);
             sent += 1;
             progress.update(sent, || None);
+            // Memory is bounded by the delivery futures kept, not by the
+            // input's length: wait for the oldest once too many are out.
+            while pending.len() > MAX_PENDING {
+                handle(pending.pop_front().expect("non-empty").await);
+            }
         }
     }
     producer.flush(Duration::from_secs(120)).await.context("flushing")?;
