@@ -167,6 +167,112 @@ async fn each_compression_codec_round_trips() {
     }
 }
 
+/// `compression.level` reaches the batches on the broker: the same 2,000
+/// records, each run one batch, take fewer bytes at gzip 9 than at 1, and
+/// more than raw at gzip 0 (stored); fewer at zstd 12 than at 1; and every
+/// level reads back intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_level_changes_the_batches_on_the_broker() {
+    let Some(brokers) = common::brokers() else { return };
+    let cluster = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("levels");
+    let runs = [
+        (Compression::Gzip, 0),
+        (Compression::Gzip, 1),
+        (Compression::Gzip, 9),
+        (Compression::Zstd, 1),
+        (Compression::Zstd, 12),
+    ];
+    common::create_topic(&cluster, NewTopic::new(&topic, runs.len() as i32, 1)).await;
+    // Text that compresses about 3x: words drawn by a fixed LCG.
+    const WORDS: [&str; 16] = [
+        "order",
+        "id",
+        "user",
+        "amount",
+        "currency",
+        "EUR",
+        "status",
+        "shipped",
+        "pending",
+        "warehouse",
+        "north",
+        "south",
+        "priority",
+        "express",
+        "standard",
+        "item",
+    ];
+    let mut seed = 7u64;
+    let values: Vec<String> = (0..2000)
+        .map(|i| {
+            let mut v = format!("{{\"n\":{i},");
+            for _ in 0..12 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                v.push_str(WORDS[(seed >> 60) as usize]);
+                v.push_str(&format!(":{},", (seed >> 40) % 10_000));
+            }
+            v
+        })
+        .collect();
+    let raw: usize = values.iter().map(String::len).sum();
+    let mut sizes = Vec::new();
+    for (p, (codec, level)) in runs.into_iter().enumerate() {
+        let producer = Producer::new(
+            cluster.clone(),
+            ProducerConfig::default()
+                .with_compression(codec)
+                .with_compression_level(level)
+                .with_batch_size(4 << 20)
+                .with_linger(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+        let mut futures = Vec::new();
+        for v in &values {
+            futures.push(
+                producer
+                    .send(ProducerRecord::new(&topic, v.clone()).with_partition(p as i32))
+                    .await
+                    .unwrap(),
+            );
+        }
+        producer.flush(Duration::from_secs(30)).await.unwrap();
+        for f in futures {
+            f.await.unwrap_or_else(|e| panic!("{codec} {level}: {e}"));
+        }
+        let got = common::consume_exactly(
+            &cluster,
+            ConsumerConfig::default(),
+            &topic,
+            p as i32,
+            Offset::Earliest,
+            values.len(),
+        )
+        .await;
+        let mut batches = std::collections::BTreeMap::new();
+        for (r, v) in got.iter().zip(&values) {
+            assert_eq!(r.record.value.as_deref(), Some(v.as_bytes()), "{codec} {level}");
+            assert_eq!(r.batch.compression().unwrap(), codec);
+            batches.insert(r.batch.base_offset, r.batch.batch_length as usize);
+        }
+        let bytes: usize = batches.values().sum();
+        eprintln!(
+            "{codec} level {level}: {} batch(es), {bytes} B (raw values {raw} B)",
+            batches.len()
+        );
+        sizes.push(bytes);
+    }
+    assert!(sizes[0] > raw, "gzip 0 stores: {} B vs {raw} B raw", sizes[0]);
+    assert!(sizes[2] < sizes[1], "gzip 9 ({} B) < gzip 1 ({} B)", sizes[2], sizes[1]);
+    assert!(
+        sizes[4] < sizes[3],
+        "zstd 12 ({} B) < zstd 1 ({} B)",
+        sizes[4],
+        sizes[3]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_one_and_zero_deliver() {
     let Some(brokers) = common::brokers() else { return };

@@ -50,6 +50,8 @@ impl BackendArgs {
 pub struct ProducerSettings {
     pub acks: Acks,
     pub compression: Compression,
+    /// compression.level (-1: the codec's default).
+    pub compression_level: i32,
     pub linger: Duration,
     pub batch_size: usize,
     /// max.in.flight.requests.per.connection (native only: librdkafka keeps
@@ -73,6 +75,7 @@ pub async fn producer(
                 .with_acks(s.acks)
                 .with_idempotent(s.acks == Acks::All)
                 .with_compression(s.compression)
+                .with_compression_level(s.compression_level)
                 .with_linger(s.linger)
                 .with_batch_size(s.batch_size)
                 .with_max_in_flight(s.max_in_flight)
@@ -90,6 +93,7 @@ pub async fn producer(
             o.client.request_timeout = Some(config.request_timeout);
             o.acks = s.acks;
             o.compression = s.compression;
+            o.producer.compression_level = Some(s.compression_level);
             o.linger = s.linger;
             o.producer.batch_size = Some(s.batch_size);
             if !s.allow_auto_create_topics {

@@ -46,6 +46,10 @@ pub struct ProduceArgs {
     /// none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none")]
     pub compression: String,
+    /// The codec's level (librdkafka's compression.level): -1 is the
+    /// codec's default; gzip 0..=9, lz4 0..=2, snappy 0, zstd 0..=12.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub compression_level: i32,
     /// 0, 1 or all. Anything but all turns idempotence off.
     #[arg(long, default_value = "all")]
     pub acks: String,
@@ -116,6 +120,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let settings = ProducerSettings {
         acks: args.acks.parse().context("--acks")?,
         compression: args.compression.parse().context("--compression")?,
+        compression_level: args.compression_level,
         linger: Duration::from_millis(args.linger_ms),
         batch_size: args.batch_size,
         max_in_flight: args.max_in_flight,

@@ -44,6 +44,10 @@ pub struct RoundtripArgs {
     /// none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "lz4")]
     pub compression: String,
+    /// The codec's level (librdkafka's compression.level): -1 is the
+    /// codec's default; gzip 0..=9, lz4 0..=2, snappy 0, zstd 0..=12.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub compression_level: i32,
     /// Partitions of the fresh topic.
     #[arg(long, default_value_t = 1)]
     pub partitions: i32,
@@ -193,6 +197,7 @@ async fn produce_and_verify(
     let settings = ProducerSettings {
         acks: Acks::All,
         compression,
+        compression_level: args.compression_level,
         linger: Duration::from_millis(args.linger_ms),
         batch_size: args.batch_size,
         max_in_flight: 5,

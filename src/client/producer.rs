@@ -95,6 +95,12 @@ pub struct ProducerConfig {
     pub idempotent: bool,
     /// `compression.type` of the batches (default none).
     pub compression: Compression,
+    /// `compression.level` (librdkafka's name): the codec's level, -1 (the
+    /// default) meaning the codec's default (gzip 6, zstd 1). Which levels
+    /// each codec takes: [`Compression::accepted_levels`]; another is
+    /// refused when the producer is built. Not with `compression.type`
+    /// none.
+    pub compression_level: i32,
     /// `linger.ms`: how long a batch waits for more records.
     pub linger: Duration,
     /// `batch.size`: a batch is sealed once its records reach this many
@@ -132,6 +138,7 @@ impl Default for ProducerConfig {
             acks: Acks::All,
             idempotent: true,
             compression: Compression::None,
+            compression_level: -1,
             linger: Duration::from_millis(5),
             batch_size: 256 * 1024,
             buffer_memory: 64 * 1024 * 1024,
@@ -166,6 +173,13 @@ impl ProducerConfig {
     #[must_use]
     pub fn with_compression(mut self, value: Compression) -> Self {
         self.compression = value;
+        self
+    }
+
+    /// Sets `compression_level` (see the field).
+    #[must_use]
+    pub fn with_compression_level(mut self, value: i32) -> Self {
+        self.compression_level = value;
         self
     }
 
@@ -776,7 +790,26 @@ impl std::fmt::Debug for Producer {
     }
 }
 
+/// `compression.level` against `compression.type` (checked when the
+/// producer is built and when properties are parsed).
+pub(crate) fn check_compression_level(config: &ProducerConfig) -> Result<()> {
+    config
+        .compression
+        .check_level(config.compression_level)
+        .map_err(|e| Error::Config {
+            option: "compression.level",
+            message: match config.compression {
+                Compression::None => format!(
+                "{} needs a codec: set compression.type (gzip, snappy, lz4 or zstd), or leave compression.level at -1",
+                config.compression_level
+            ),
+                _ => e.to_string(),
+            },
+        })
+}
+
 fn check_config(config: &ProducerConfig) -> Result<()> {
+    check_compression_level(config)?;
     if config.batch_size == 0 {
         return Err(Error::Config {
             option: "batch.size",

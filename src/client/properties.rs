@@ -252,6 +252,7 @@ pub enum Setting {
     Acks,
     Idempotence,
     Compression,
+    CompressionLevel,
     Linger,
     BatchSize,
     BufferMemoryKbytes,
@@ -350,6 +351,7 @@ impl Setting {
             S::Acks
             | S::Idempotence
             | S::Compression
+            | S::CompressionLevel
             | S::Linger
             | S::BatchSize
             | S::BufferMemoryKbytes
@@ -472,6 +474,7 @@ pub fn treatment(name: &str) -> Option<Treatment> {
         "acks" | "request.required.acks" => Applied(S::Acks),
         "enable.idempotence" => Applied(S::Idempotence),
         "compression.codec" | "compression.type" => Applied(S::Compression),
+        "compression.level" => Applied(S::CompressionLevel),
         "linger.ms" | "queue.buffering.max.ms" => Applied(S::Linger),
         "batch.size" => Applied(S::BatchSize),
         "queue.buffering.max.kbytes" => Applied(S::BufferMemoryKbytes),
@@ -557,7 +560,6 @@ pub fn treatment(name: &str) -> Option<Treatment> {
         }
         "delivery.report.only.error" => Ignored("every send returns its own DeliveryFuture"),
         "produce.offset.report" => Ignored("a deprecated librdkafka setting: offsets are always reported"),
-        "compression.level" => Ignored("the native codecs use their default levels"),
         "enable.metrics.push" => Ignored("the native client does not push metrics to the broker (KIP-714)"),
         "key.serializer" | "value.serializer" | "key.deserializer" | "value.deserializer" => {
             Ignored("the native client takes and returns bytes")
@@ -935,6 +937,7 @@ impl ClientProperties {
             warn_ignored(name);
         }
         p.client.validate()?;
+        crate::client::producer::check_compression_level(&p.producer)?;
         if p.producer.idempotent && p.producer.acks != Acks::All {
             return Err(Error::Config {
                 option: "enable.idempotence",
@@ -1118,6 +1121,8 @@ impl ClientProperties {
                     .parse::<Compression>()
                     .map_err(|_| v.invalid("none, gzip, snappy, lz4, zstd"))?
             }
+            // The codec's own range is checked with the codec, below.
+            S::CompressionLevel => pro.compression_level = v.int(-1, 12)? as i32,
             S::Linger => pro.linger = v.ms(0, 900_000)?,
             S::BatchSize => pro.batch_size = v.int(1, MAX_I32)? as usize,
             S::BufferMemoryKbytes => pro.buffer_memory = v.int(1, MAX_I32 / 1024)? as usize * 1024,

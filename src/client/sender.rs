@@ -332,6 +332,7 @@ fn encode(shared: &Shared, records: &[PendingRecord], base_sequence: i32) -> Res
         .collect();
     let mut meta = BatchMeta {
         compression: shared.config.compression,
+        compression_level: shared.config.compression_level,
         ..BatchMeta::default()
     };
     if let Some(id) = *shared.identity.lock().expect("identity lock") {

@@ -316,6 +316,10 @@ pub struct ProducerTuning {
     pub ack_timeout: Option<Duration>,
     /// `kafka.enable.idempotence` (needs `acks = all`).
     pub idempotent: Option<bool>,
+    /// `kafka.compression.level`: the codec's level (-1: its default), as
+    /// librdkafka takes it; which levels each codec has:
+    /// [`Compression::accepted_levels`].
+    pub compression_level: Option<i32>,
 }
 
 /// A source's options (`KafkaSource::Options` in the spec).
@@ -582,6 +586,9 @@ impl SinkOptions {
         if let Some(v) = t.batch_size {
             c.batch_size = v;
         }
+        if let Some(v) = t.compression_level {
+            c.compression_level = v;
+        }
         if let Some(v) = t.buffer_memory {
             c.buffer_memory = v;
         }
@@ -695,6 +702,7 @@ fn passthrough(property: &str) -> Option<(&'static str, Scope)> {
         "linger.ms" | "queue.buffering.max.ms" => ("linger_ms", Sink),
         "acks" | "request.required.acks" => ("acks", Sink),
         "compression.codec" | "compression.type" => ("compression", Sink),
+        "compression.level" => ("compression.level", Sink),
         "batch.size" => ("batch.size", Sink),
         "queue.buffering.max.kbytes" => ("queue.buffering.max.kbytes", Sink),
         "message.max.bytes" => ("message.max.bytes", Sink),
@@ -1351,6 +1359,25 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
             .get("enable.idempotence")
             .map(|(v, k)| parse_bool(k, v))
             .transpose()?,
+        compression_level: inputs
+            .get("compression.level")
+            .map(|(v, k)| {
+                let level = v.trim().parse::<i32>().ok().filter(|l| (-1..=12).contains(l));
+                match level {
+                    Some(l) if o.compression.check_level(l).is_ok() => Ok(l),
+                    _ if o.compression == Compression::None => Err(ConnectorError::invalid(
+                        k,
+                        v,
+                        "-1 (no codec is set: set compression to gzip, snappy, lz4 or zstd to choose its level)",
+                    )),
+                    _ => Err(ConnectorError::invalid(
+                        k,
+                        v,
+                        format!("for {}: {}", o.compression, o.compression.accepted_levels()),
+                    )),
+                }
+            })
+            .transpose()?,
     };
     o.client = client_tuning(inputs)?;
     o.security = security.resolve()?;
@@ -1787,6 +1814,33 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("kafka_2pc_sink_string"), "{e}");
+    }
+
+    #[test]
+    fn kafka_compression_level_reaches_the_producer_or_is_refused_naming_the_levels() {
+        let sink = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("brokers", "h:1"), ("topic", "t")];
+            all.extend_from_slice(pairs);
+            parse_sink(FactoryKind::TextSink, &p(&all))
+        };
+        let o = sink(&[("compression", "gzip"), ("kafka.compression.level", "9")]).unwrap();
+        assert_eq!(o.producer_config().unwrap().compression_level, 9);
+        let o = sink(&[("compression", "zstd")]).unwrap();
+        assert_eq!(
+            o.producer_config().unwrap().compression_level,
+            -1,
+            "the codec's default"
+        );
+        for (codec, level, names) in [
+            ("lz4", "5", "lz4: -1, 0, 1 or 2"),
+            ("gzip", "10", "gzip: -1 (default: 6) or 0..=9"),
+            ("zstd", "x", "zstd: -1 (default: 1) or 0..=12"),
+            ("none", "3", "set compression to gzip"),
+        ] {
+            let e = sink(&[("compression", codec), ("kafka.compression.level", level)]).unwrap_err();
+            assert_eq!(e.option(), Some("kafka.compression.level"), "{e}");
+            assert!(e.to_string().contains(names), "{codec} {level}: {e}");
+        }
     }
 
     #[test]

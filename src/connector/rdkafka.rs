@@ -1499,6 +1499,9 @@ fn producer_config(options: &SinkOptions) -> Result<RdConfig> {
         }
     };
     c.set("compression.codec", codec);
+    if pc.compression_level != -1 {
+        c.set("compression.level", pc.compression_level.to_string());
+    }
     c.set("linger.ms", ms(pc.linger));
     c.set("batch.size", pc.batch_size.min(i32::MAX as usize).to_string());
     c.set(

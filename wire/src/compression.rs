@@ -8,10 +8,10 @@
 //! | id | codec  | what [`compress`] writes                                         |
 //! |----|--------|------------------------------------------------------------------|
 //! | 0  | none   | the input, unchanged                                             |
-//! | 1  | gzip   | one gzip member (RFC 1952), deflate level 6, like `GZIPOutputStream` |
+//! | 1  | gzip   | one gzip member (RFC 1952), deflate level 6 (by default), like `GZIPOutputStream` |
 //! | 2  | snappy | xerial (snappy-java) framing with 32 KiB blocks                  |
 //! | 3  | lz4    | one LZ4 frame: 64 KiB independent blocks, correct header checksum |
-//! | 4  | zstd   | one standard zstd frame, level 1 (structured-zstd), content checksum |
+//! | 4  | zstd   | one standard zstd frame, level 1 by default (structured-zstd), content checksum |
 //!
 //! **Why xerial for snappy.** Kafka does not use the official snappy
 //! "framing format": the Java client wraps records in snappy-java's
@@ -99,6 +99,44 @@ impl Compression {
         }
     }
 
+    /// The `compression.level` values this codec takes, as librdkafka
+    /// states them (its property's range is -1..=12; -1 is the codec's
+    /// default level).
+    pub fn accepted_levels(self) -> &'static str {
+        match self {
+            Compression::None => "-1 (no codec, no level)",
+            Compression::Gzip => "-1 (default: 6) or 0..=9",
+            Compression::Snappy => "-1 or 0 (snappy has one level)",
+            // LZ4 levels below 3 are all LZ4's fast mode (acceleration
+            // 1), which is what lz4_flex writes; 3..=12 (LZ4 HC) it has not.
+            Compression::Lz4 => "-1, 0, 1 or 2 (LZ4's fast mode; the HC levels 3..=12 are not available)",
+            Compression::Zstd => "-1 (default: 1) or 0..=12 (0: zstd's own default, 3)",
+        }
+    }
+
+    /// Checks a `compression.level` for this codec: `Ok` when
+    /// [`compress_at`] can compress at it, else
+    /// [`CompressionError::UnsupportedLevel`] naming the accepted values.
+    pub fn check_level(self, level: i32) -> Result<(), CompressionError> {
+        let ok = level == -1
+            || match self {
+                Compression::None => false,
+                Compression::Gzip => (0..=9).contains(&level),
+                Compression::Snappy => level == 0,
+                Compression::Lz4 => (0..=2).contains(&level),
+                Compression::Zstd => (0..=12).contains(&level),
+            };
+        if ok {
+            Ok(())
+        } else {
+            Err(CompressionError::UnsupportedLevel {
+                codec: self.name(),
+                level,
+                accepted: self.accepted_levels(),
+            })
+        }
+    }
+
     /// The name Kafka uses in `compression.type`: "none", "gzip", "snappy",
     /// "lz4" or "zstd".
     pub fn name(self) -> &'static str {
@@ -157,6 +195,16 @@ pub enum CompressionError {
         /// The `max_output` that was exceeded.
         limit: usize,
     },
+    /// A `compression.level` the codec does not have.
+    #[error("compression.level {level} is not a {codec} level; {codec} takes {accepted}")]
+    UnsupportedLevel {
+        /// Codec name.
+        codec: &'static str,
+        /// The level asked for.
+        level: i32,
+        /// The levels the codec takes.
+        accepted: &'static str,
+    },
     /// The encoder failed (e.g. an input too large for the format).
     #[error("{codec} compression failed: {message}")]
     Encode {
@@ -174,20 +222,38 @@ fn corrupt(codec: &'static str, message: impl Into<String>) -> CompressionError 
     }
 }
 
-/// Compresses `input` with `codec`, appending the compressed bytes to `out`.
+/// Compresses `input` with `codec` at its default level, appending the
+/// compressed bytes to `out`.
 ///
 /// On error, `out` is left as it was.
 pub fn compress(codec: Compression, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressionError> {
+    compress_at(codec, -1, input, out)
+}
+
+/// Compresses `input` with `codec` at `level` (librdkafka's
+/// `compression.level`: -1 is the codec's default; see
+/// [`Compression::check_level`]), appending the compressed bytes to `out`.
+/// A level the codec does not have is
+/// [`CompressionError::UnsupportedLevel`].
+///
+/// On error, `out` is left as it was.
+pub fn compress_at(codec: Compression, level: i32, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressionError> {
+    codec.check_level(level).or_else(|e| match codec {
+        // No codec: nothing a level could change.
+        Compression::None => Ok(()),
+        _ => Err(e),
+    })?;
     let start = out.len();
     let result = match codec {
         Compression::None => {
             out.extend_from_slice(input);
             Ok(())
         }
-        Compression::Gzip => gzip::compress(input, out),
+        Compression::Gzip => gzip::compress(input, level, out),
+        // One level each (checked above).
         Compression::Snappy => snappy::compress(input, out),
         Compression::Lz4 => lz4::compress(input, out),
-        Compression::Zstd => zstd::compress(input, out),
+        Compression::Zstd => zstd::compress(input, level, out),
     };
     if result.is_err() {
         out.truncate(start);
@@ -606,10 +672,14 @@ mod gzip {
 
     const NAME: &str = "gzip";
 
-    pub(super) fn compress(input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressionError> {
-        // Level 6 is what java.util.zip's default (-1) means, and Kafka's
-        // default `compression.gzip.level`.
-        let mut enc = flate2::write::GzEncoder::new(out, flate2::Compression::new(6));
+    /// Level 6 is what java.util.zip's default (-1) means, and Kafka's
+    /// default `compression.gzip.level`.
+    const DEFAULT_LEVEL: u32 = 6;
+
+    /// `level`: -1 (the default) or 0..=9, checked by the caller.
+    pub(super) fn compress(input: &[u8], level: i32, out: &mut Vec<u8>) -> Result<(), CompressionError> {
+        let level = u32::try_from(level).unwrap_or(DEFAULT_LEVEL);
+        let mut enc = flate2::write::GzEncoder::new(out, flate2::Compression::new(level));
         enc.write_all(input)
             .and_then(|()| enc.try_finish())
             .map_err(|e| CompressionError::Encode {
@@ -1228,27 +1298,36 @@ mod zstd {
     /// descriptor instead of being single-segment, so a decoder needs 64 KiB
     /// of history whatever the batch's size, and the streaming decoder's
     /// output bound (`max_batch_inflate`) can stay small.
-    fn encoder() -> Encoder {
-        let mut enc = FrameCompressor::new(LEVEL);
-        let params = structured_zstd::encoding::CompressionParameters::builder(LEVEL)
+    fn encoder(level: structured_zstd::encoding::CompressionLevel) -> Encoder {
+        let mut enc = FrameCompressor::new(level);
+        let params = structured_zstd::encoding::CompressionParameters::builder(level)
             .window_log(WINDOW_LOG)
             .build()
-            .expect("level 1 with a 64 KiB window is a valid parameter set");
+            .expect("levels 0..=12 with a 64 KiB window are valid parameter sets");
         enc.set_parameters(&params);
         enc.set_content_size_flag(false);
         enc.set_content_checksum(true);
         enc
     }
 
-    pub(super) fn compress(input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressionError> {
-        // Level 1: on the realistic payload (wire/benches/codecs.rs) it
+    /// `level`: -1 (the default, level 1) or 0..=12 (C zstd's numbering,
+    /// 0 meaning its default, 3), checked by the caller.
+    pub(super) fn compress(input: &[u8], level: i32, out: &mut Vec<u8>) -> Result<(), CompressionError> {
+        let level = match level {
+            -1 => LEVEL,
+            n => structured_zstd::encoding::CompressionLevel::Level(n),
+        };
+        // Level 1 by default: on the realistic payload (wire/benches/codecs.rs) it
         // compresses as well as level 3 (about 3.4x) at a fraction of the
         // cost; see the README's "Codecs" paragraph. Writes to a Vec
         // cannot fail, and reading from a slice cannot fail either.
         // One compressor per thread, reused batch after batch: its match
         // tables are allocated once, not per batch (as a reused ZSTD_CCtx).
+        // (Kept with its level: a producer asking for another level gets
+        // a compressor of its own level.)
         thread_local! {
-            static ENCODER: RefCell<Option<Encoder>> = const { RefCell::new(None) };
+            static ENCODER: RefCell<Option<(structured_zstd::encoding::CompressionLevel, Encoder)>> =
+                const { RefCell::new(None) };
         }
         // It writes a whole frame into a buffer it clears first, so an
         // `out` that already holds bytes gets the frame appended.
@@ -1262,10 +1341,17 @@ mod zstd {
             }
         };
         ENCODER.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut slot) => run(slot.get_or_insert_with(encoder)),
+            Ok(mut slot) => {
+                if slot.as_ref().is_none_or(|(l, _)| *l != level) {
+                    *slot = Some((level, encoder(level)));
+                }
+                if let Some((_, enc)) = slot.as_mut() {
+                    run(enc);
+                }
+            }
             // Re-entered on this thread (nothing here calls back into
             // compress, so it cannot happen): a one-off compressor.
-            Err(_) => run(&mut encoder()),
+            Err(_) => run(&mut encoder(level)),
         });
         Ok(())
     }
@@ -1919,6 +2005,67 @@ mod tests {
             let c = compressed(codec, &input);
             assert!(c.len() < input.len() * 3 / 4, "{codec}: {} bytes", c.len());
         }
+    }
+
+    #[test]
+    fn every_accepted_level_round_trips_and_the_level_acts() {
+        let input = mixed(100 * KIB);
+        let size = |codec, level| {
+            let mut out = Vec::new();
+            compress_at(codec, level, &input, &mut out).unwrap_or_else(|e| panic!("{codec} {level}: {e}"));
+            assert_eq!(
+                decompress(codec, &out, input.len()).unwrap(),
+                input,
+                "{codec} at {level}"
+            );
+            out.len()
+        };
+        for codec in Compression::ALL {
+            for level in -1..=12 {
+                if codec.check_level(level).is_ok() {
+                    size(codec, level);
+                }
+            }
+        }
+        // The level changes what is written: gzip 0 stores, 9 beats 1;
+        // zstd 12 beats 1; -1 is each codec's default (gzip 6, zstd 1).
+        let gzip = |l| size(Compression::Gzip, l);
+        assert!(gzip(0) > input.len(), "gzip 0 stores: {}", gzip(0));
+        assert!(gzip(9) < gzip(1), "gzip 9 {} vs 1 {}", gzip(9), gzip(1));
+        assert_eq!(gzip(-1), gzip(6));
+        let zstd = |l| size(Compression::Zstd, l);
+        assert!(zstd(12) < zstd(1), "zstd 12 {} vs 1 {}", zstd(12), zstd(1));
+        assert_eq!(zstd(-1), zstd(1));
+    }
+
+    #[test]
+    fn a_level_the_codec_lacks_is_refused_by_name() {
+        for (codec, level) in [
+            (Compression::Gzip, 10),
+            (Compression::Gzip, -2),
+            (Compression::Snappy, 1),
+            (Compression::Lz4, 3),
+            (Compression::Lz4, 12),
+            (Compression::Zstd, 13),
+            (Compression::Zstd, -5),
+            (Compression::None, 1),
+        ] {
+            let e = codec.check_level(level).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("compression.level {level}")) && e.contains(codec.name()),
+                "{e}"
+            );
+            assert!(e.contains(codec.accepted_levels()), "{e}");
+            if codec != Compression::None {
+                let mut out = b"kept".to_vec();
+                assert!(compress_at(codec, level, HELLO, &mut out).is_err(), "{codec} {level}");
+                assert_eq!(out, b"kept", "{codec} {level}: out left as it was");
+            }
+        }
+        // No codec: a level changes nothing, and compress_at copies.
+        let mut out = Vec::new();
+        compress_at(Compression::None, 5, HELLO, &mut out).unwrap();
+        assert_eq!(out, HELLO);
     }
 
     #[test]

@@ -113,6 +113,7 @@ fn sample(setting: Setting, name: &'static str) -> Vec<(&'static str, &'static s
         S::Acks => vec![("enable.idempotence", "false"), (name, "1")],
         S::Idempotence => one("false"),
         S::Compression => one("zstd"),
+        S::CompressionLevel => vec![("compression.type", "gzip"), (name, "9")],
         S::Linger => one("50"),
         S::BatchSize => one("1000"),
         S::BufferMemoryKbytes => one("2048"),
@@ -217,6 +218,7 @@ fn applied_values_land_on_the_native_fields() {
         ("linger.ms", "25"),
         ("batch.size", "4096"),
         ("compression.type", "lz4"),
+        ("compression.level", "2"),
         ("max.in.flight.requests.per.connection", "3"),
         ("connections.max.idle.ms", "60000"),
         ("queue.buffering.max.kbytes", "1024"),
@@ -235,6 +237,7 @@ fn applied_values_land_on_the_native_fields() {
     assert_eq!(p.producer.linger, Duration::from_millis(25));
     assert_eq!(p.producer.batch_size, 4096);
     assert_eq!(p.producer.compression, Compression::Lz4);
+    assert_eq!(p.producer.compression_level, 2);
     assert_eq!(p.producer.max_in_flight, 3);
     assert_eq!(p.producer.buffer_memory, 1024 * 1024);
     assert_eq!(p.consumer.partition_max_bytes, 1000);
@@ -314,6 +317,21 @@ fn bad_values_name_the_property_and_the_allowed_values_and_hide_secrets() {
     ])
     .unwrap();
     assert!(!format!("{p:?}").contains("hunter2-canary"));
+    // A level the codec lacks, or a level without a codec, names the
+    // property and the codec's levels.
+    let e = parse(&[("compression.type", "lz4"), ("compression.level", "9")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("compression.level") && e.contains("lz4 takes -1, 0, 1 or 2"),
+        "{e}"
+    );
+    let e = parse(&[("compression.level", "5")]).unwrap_err().to_string();
+    assert!(e.contains("compression.level") && e.contains("compression.type"), "{e}");
+    let e = parse(&[("compression.type", "zstd"), ("compression.level", "13")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("compression.level") && e.contains("-1 to 12"), "{e}");
     // Retries cannot be zero natively.
     let e = parse(&[("retries", "0")]).unwrap_err().to_string();
     assert!(e.contains("delivery.timeout.ms"), "{e}");

@@ -26,6 +26,9 @@ pub struct BatchMeta {
     pub base_sequence: i32,
     /// The codec the records section is compressed with.
     pub compression: Compression,
+    /// The codec's level (librdkafka's `compression.level`; -1: the
+    /// codec's default). See [`Compression::check_level`].
+    pub compression_level: i32,
     /// Create time or log-append time.
     pub timestamp_type: TimestampType,
     /// Whether the batch belongs to a transaction.
@@ -43,6 +46,7 @@ impl Default for BatchMeta {
             producer_epoch: -1,
             base_sequence: -1,
             compression: Compression::None,
+            compression_level: -1,
             timestamp_type: TimestampType::CreateTime,
             transactional: false,
             control: false,
@@ -296,7 +300,7 @@ impl RecordBatchEncoder {
                 self.scratch.reserve(estimate(records));
                 put_records(&mut self.scratch, base_timestamp, records)?;
                 self.compressed.clear();
-                compression::compress(codec, &self.scratch, &mut self.compressed)?;
+                compression::compress_at(codec, meta.compression_level, &self.scratch, &mut self.compressed)?;
                 out.extend_from_slice(&self.compressed);
             }
         }
