@@ -223,11 +223,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             .is_none_or(|t| t.iter().any(|p| matches!(p, Piece::Headers))),
     );
     let topic = args.topic.as_str();
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = Lines::new(std::io::stdout().lock());
     let mut seen: u64 = 0;
     let mut last_record = Instant::now();
-    let mut line = Vec::with_capacity(256);
     let mut progress = super::progress::Progress::new("consume");
     let mut failure = None;
     'outer: loop {
@@ -250,12 +248,11 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             last_record = Instant::now();
         }
         for m in &records {
-            line.clear();
             match &template {
-                Some(t) => render(t, topic, m, args.null_marker.as_deref().map(str::as_bytes), &mut line),
-                None => render_json(topic, m, &mut line),
+                Some(t) => render(t, topic, m, args.null_marker.as_deref().map(str::as_bytes), out.line()),
+                None => render_json(topic, m, out.line()),
             }
-            out.write_all(&line)?;
+            out.end_line()?;
             seen += 1;
             if args.count.is_some_and(|c| seen >= c) {
                 break 'outer;
@@ -354,12 +351,10 @@ async fn run_group(
     } else {
         Some(parse_template(&args.format))
     };
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = Lines::new(std::io::stdout().lock());
     let mut seen: u64 = 0;
     let mut skipped: u64 = 0;
     let mut last_record = Instant::now();
-    let mut line = Vec::with_capacity(256);
     let mut progress = super::progress::Progress::new("consume");
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -400,13 +395,12 @@ async fn run_group(
             last_record = Instant::now();
         }
         for (i, r) in records.iter().enumerate() {
-            line.clear();
             let null = args.null_marker.as_deref().map(str::as_bytes);
             match &template {
-                Some(t) => render(t, &r.topic, &r.message, null, &mut line),
-                None => render_json(&r.topic, &r.message, &mut line),
+                Some(t) => render(t, &r.topic, &r.message, null, out.line()),
+                None => render_json(&r.topic, &r.message, out.line()),
             }
-            out.write_all(&line)?;
+            out.end_line()?;
             seen += 1;
             if args.count.is_some_and(|c| seen >= c) {
                 // What was handed over but not printed is not committed:
@@ -514,6 +508,50 @@ pub(super) fn parse_template(s: &str) -> Vec<Piece> {
     pieces
 }
 
+/// The records' lines on their way to stdout: each is rendered straight
+/// into one buffer (a record's value is copied once, not into a line and
+/// then into a `BufWriter`'s buffer), written out in writes of about
+/// [`Lines::WRITE_AT`] bytes.
+struct Lines<W: Write> {
+    buf: Vec<u8>,
+    out: W,
+}
+
+impl<W: Write> Lines<W> {
+    /// The buffer is written once it holds this many bytes.
+    const WRITE_AT: usize = 64 * 1024;
+
+    fn new(out: W) -> Self {
+        Lines {
+            buf: Vec::with_capacity(Self::WRITE_AT + 4096),
+            out,
+        }
+    }
+
+    /// Where the next line is rendered (appended).
+    fn line(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// A line is complete: written out if the buffer is full enough.
+    fn end_line(&mut self) -> std::io::Result<()> {
+        if self.buf.len() >= Self::WRITE_AT {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+            // A huge record's room is not kept.
+            self.buf.shrink_to(Self::WRITE_AT + 4096);
+        }
+        Ok(())
+    }
+
+    /// Writes out what is buffered and flushes.
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        self.out.flush()
+    }
+}
+
 /// One record by the `--format` template.
 fn render(template: &[Piece], topic: &str, m: &KafkaMessage, null: Option<&[u8]>, out: &mut Vec<u8>) {
     let empty: &[u8] = b"";
@@ -594,6 +632,43 @@ fn render_json(topic: &str, m: &KafkaMessage, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts the writes it takes.
+    struct Writes(Vec<usize>, Vec<u8>);
+
+    impl Write for Writes {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.push(b.len());
+            self.1.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_are_written_in_large_writes_and_all_arrive() {
+        let mut lines = Lines::new(Writes(Vec::new(), Vec::new()));
+        let mut want = Vec::new();
+        for i in 0..1000 {
+            let line = format!("{i} {}\n", "v".repeat(1000));
+            lines.line().extend_from_slice(line.as_bytes());
+            want.extend_from_slice(line.as_bytes());
+            lines.end_line().unwrap();
+        }
+        assert!(lines.out.1.len() < want.len(), "some lines still buffered");
+        lines.flush().unwrap();
+        assert_eq!(lines.out.1, want);
+        // 1 MB in 16 writes of about 64 KiB (and the rest at the flush),
+        // not one write (or one 8 KiB buffer) per line.
+        assert_eq!(lines.out.0.len(), 16, "{:?}", lines.out.0);
+        assert!(lines.out.0[..15].iter().all(|&n| n >= Lines::<Writes>::WRITE_AT));
+        // A huge line is written whole and its room is given back.
+        lines.line().extend_from_slice(&vec![b'x'; 1 << 20]);
+        lines.end_line().unwrap();
+        assert!(lines.buf.capacity() <= Lines::<Writes>::WRITE_AT + 4096);
+    }
 
     #[test]
     fn template_parses_placeholders_and_escapes() {

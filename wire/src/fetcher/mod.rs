@@ -397,6 +397,11 @@ pub struct Fetcher {
     now_ms: u64,
     /// `client.rack` (empty: none), [`Fetcher::set_client_rack`].
     rack_id: StrBytes,
+    /// How many records the last non-empty [`Fetcher::take_records`]
+    /// handed over: the next one starts with room for as many (within its
+    /// bound), rather than growing its vector by doubling, which copies
+    /// every record taken so far at each step.
+    last_take: usize,
 }
 
 enum Step {
@@ -425,6 +430,7 @@ impl Fetcher {
             in_flight: BTreeMap::new(),
             now_ms: 0,
             rack_id: StrBytes::default(),
+            last_take: 0,
         }
     }
 
@@ -860,9 +866,9 @@ impl Fetcher {
     /// An error is returned only when no record precedes it; otherwise it
     /// comes back from the next call.
     pub fn take_records(&mut self, max_records: usize, max_bytes: usize) -> Result<Vec<ConsumerRecord>, FetchError> {
-        let mut out: Vec<ConsumerRecord> = Vec::new();
-        let mut bytes = 0usize;
         let max_records = max_records.max(1);
+        let mut out: Vec<ConsumerRecord> = Vec::with_capacity(self.last_take.min(max_records));
+        let mut bytes = 0usize;
         'partitions: while out.len() < max_records {
             let Some(&i) = self.ready.front() else { break };
             if i >= self.assigned.len() {
@@ -914,6 +920,9 @@ impl Fetcher {
                     }
                 }
             }
+        }
+        if !out.is_empty() {
+            self.last_take = out.len();
         }
         Ok(out)
     }
