@@ -20,6 +20,7 @@ pub mod produce;
 pub mod progress;
 pub mod roundtrip;
 pub mod sink2pc;
+mod stdin_lines;
 pub mod topics;
 pub mod txn;
 pub mod value_format;

@@ -9,7 +9,6 @@ use bytes::Bytes;
 use clap::Args;
 use clink_kafka::connector::options::Backend;
 use clink_kafka::connector::{ConnectorError, DeliveryOutcome, Header, KafkaMessage, ProducerBackend};
-use tokio::io::AsyncBufReadExt;
 
 use super::backend::ProducerSettings;
 use super::{parse_header, thousands, ConnectArgs};
@@ -80,18 +79,20 @@ pub struct ProduceArgs {
     pub null_marker: Option<String>,
 }
 
-/// One stdin line as (key, value), per `--key-delimiter` and `--null-marker`.
+/// One stdin line as (key, value), per `--key-delimiter` and `--null-marker`:
+/// slices of the line, not copies.
 pub(super) fn parse_line(
-    line: &str,
+    line: &Bytes,
     line_no: u64,
     delimiter: Option<&str>,
     null_marker: Option<&str>,
 ) -> anyhow::Result<(Option<Bytes>, Option<Bytes>)> {
-    let field = |s: &str| (Some(s) != null_marker).then(|| Bytes::from(s.to_owned()));
+    let null_marker = null_marker.map(str::as_bytes);
+    let field = |s: Bytes| (Some(&s[..]) != null_marker).then_some(s);
     match delimiter {
-        None => Ok((None, field(line))),
-        Some(d) => match line.split_once(d) {
-            Some((k, v)) => Ok((field(k), field(v))),
+        None => Ok((None, field(line.clone()))),
+        Some(d) => match memchr::memmem::find(line, d.as_bytes()) {
+            Some(i) => Ok((field(line.slice(..i)), field(line.slice(i + d.len()..)))),
             None => anyhow::bail!("stdin line {line_no} has no key delimiter {d:?} (--key-delimiter)"),
         },
     }
@@ -171,7 +172,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             }
         }
     } else {
-        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        let mut lines = super::stdin_lines::LineReader::new(tokio::io::stdin());
         while let Some(line) = lines.next_line().await.context("reading stdin")? {
             let (k, value) = parse_line(
                 &line,
@@ -238,18 +239,20 @@ mod tests {
     #[test]
     fn lines_split_into_key_and_value() {
         let b = |s: &str| Some(bytes::Bytes::from(s.to_owned()));
-        assert_eq!(parse_line("v", 1, None, None).unwrap(), (None, b("v")));
-        assert_eq!(parse_line("k:v:w", 1, Some(":"), None).unwrap(), (b("k"), b("v:w")));
+        let l = |s: &str| bytes::Bytes::from(s.to_owned());
+        assert_eq!(parse_line(&l("v"), 1, None, None).unwrap(), (None, b("v")));
+        assert_eq!(parse_line(&l("k:v:w"), 1, Some(":"), None).unwrap(), (b("k"), b("v:w")));
+        assert_eq!(parse_line(&l("k::v"), 1, Some("::"), None).unwrap(), (b("k"), b("v")));
         assert_eq!(
-            parse_line("NULL:v", 1, Some(":"), Some("NULL")).unwrap(),
+            parse_line(&l("NULL:v"), 1, Some(":"), Some("NULL")).unwrap(),
             (None, b("v"))
         );
         assert_eq!(
-            parse_line("k:NULL", 1, Some(":"), Some("NULL")).unwrap(),
+            parse_line(&l("k:NULL"), 1, Some(":"), Some("NULL")).unwrap(),
             (b("k"), None)
         );
-        assert_eq!(parse_line("NULL", 1, None, Some("NULL")).unwrap(), (None, None));
-        let e = parse_line("novalue", 7, Some("|"), None).unwrap_err().to_string();
+        assert_eq!(parse_line(&l("NULL"), 1, None, Some("NULL")).unwrap(), (None, None));
+        let e = parse_line(&l("novalue"), 7, Some("|"), None).unwrap_err().to_string();
         assert!(e.contains("line 7") && e.contains("--key-delimiter"), "{e}");
     }
 }
