@@ -172,7 +172,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             }
         }
     } else {
-        let mut lines = super::stdin_lines::LineReader::new(tokio::io::stdin());
+        let mut lines = super::stdin_lines::LineReader::stdin().context("reading stdin")?;
         while let Some(line) = lines.next_line().await.context("reading stdin")? {
             let (k, value) = parse_line(
                 &line,
