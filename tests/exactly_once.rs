@@ -603,11 +603,15 @@ const PARALLEL_CHECKPOINT_EVERY: u64 = 2_000;
 
 /// One job killed at every fault point of every subtask in turn: the
 /// coordinator points once, then for each subtask i its own points, each
-/// restart recovering from the previous kill (`after-resolve@i` and
+/// restart recovering from the previous kill. `after-resolve@i` and
 /// `after-recovery-open@i` fire inside the restore of the checkpoint that
-/// `after-completed` left unconfirmed). The highest subtask goes first: over
-/// 7 partitions at parallelism 4 it owns one partition, whose records run
-/// out first.
+/// `after-end-txn@i` left unconfirmed: subtask i sent EndTxn for it, so its
+/// part of that checkpoint holds records and is resolved at the restore.
+/// (After `after-completed` instead, a subtask whose poll had returned
+/// nothing yet in that checkpoint's interval, as a loaded machine makes
+/// likely, has nothing to resolve, and the point never fires.) The highest
+/// subtask goes first: over 7 partitions at parallelism 4 it owns one
+/// partition, whose records run out first.
 fn every_subtask_in_turn(parallelism: u32) -> Vec<String> {
     let mut faults = vec!["after-state-written:1".to_owned(), "after-confirmed:1".to_owned()];
     for i in (0..parallelism).rev() {
@@ -615,9 +619,9 @@ fn every_subtask_in_turn(parallelism: u32) -> Vec<String> {
             format!("mid-batch:2@{i}"),
             format!("after-barrier:1@{i}"),
             "after-completed:1".to_owned(),
+            format!("after-end-txn:1@{i}"),
             format!("after-resolve@{i}"),
             format!("after-recovery-open@{i}"),
-            format!("after-end-txn:1@{i}"),
             format!("after-commit:1@{i}"),
         ]);
     }

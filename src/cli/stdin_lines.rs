@@ -24,7 +24,7 @@ const READS_AHEAD: usize = 8;
 
 /// The longest line accepted: a longer one is an error rather than a
 /// buffer that grows with the input.
-pub(super) const MAX_LINE: usize = 128 * 1024 * 1024;
+const MAX_LINE: usize = 128 * 1024 * 1024;
 
 /// Lines of an input, each without its `\n` (or `\r\n`); a last line
 /// without a newline is a line too, as with tokio's `lines()`.

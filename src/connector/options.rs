@@ -1362,8 +1362,9 @@ fn sink_from_inputs(kind: FactoryKind, inputs: &Inputs, security: SecurityInputs
         compression_level: inputs
             .get("compression.level")
             .map(|(v, k)| {
-                let level = v.trim().parse::<i32>().ok().filter(|l| (-1..=12).contains(l));
-                match level {
+                // The codec's own check (wire's `Compression::check_level`) is
+                // the one range; only the wording names this layer's options.
+                match v.trim().parse::<i32>().ok() {
                     Some(l) if o.compression.check_level(l).is_ok() => Ok(l),
                     _ if o.compression == Compression::None => Err(ConnectorError::invalid(
                         k,
