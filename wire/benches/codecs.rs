@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use clink_kafka_wire::compression::{self, Compression};
-use clink_kafka_wire::record::{BatchMeta, RecordBatchEncoder, RecordOut, BATCH_HEADER_LEN};
+use clink_kafka_wire::record::{BatchMeta, RecordBatchEncoder, RecordOut, BATCH_HEADER_LEN, INFLATE_CHUNK};
 
 /// The producer's default `batch_size`: records are added while the batch
 /// holds less.
@@ -319,6 +319,21 @@ fn compress(codec: Compression, input: &[u8], out: &mut Vec<u8>) -> usize {
     out.len()
 }
 
+/// Inflates `compressed` as a consumer does (`Inflater`, chunk after chunk
+/// of `INFLATE_CHUNK`, each dropped once read); the bytes inflated.
+fn inflate(codec: Compression, compressed: &bytes::Bytes, chunk: &mut Vec<u8>, max_unit: usize) -> usize {
+    let mut inflater = compression::Inflater::new(codec, black_box(compressed.clone()), max_unit).unwrap();
+    let mut total = 0;
+    loop {
+        chunk.clear();
+        let more = inflater.fill(chunk, INFLATE_CHUNK, INFLATE_CHUNK + max_unit).unwrap();
+        total += chunk.len();
+        if !more {
+            return total;
+        }
+    }
+}
+
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).map_or(default, |v| {
         v.parse().unwrap_or_else(|_| panic!("{name}: an integer, got {v:?}"))
@@ -341,11 +356,20 @@ fn main() {
         return;
     }
     if let Ok(selector) = std::env::var("CODECS_CALLGRIND") {
+        // CODEC[/ITERATIONS] compresses; CODEC-decode[/ITERATIONS] inflates.
         let (name, iterations) = selector.split_once('/').unwrap_or((&selector, "10"));
+        let (name, decode) = name.strip_suffix("-decode").map_or((name, false), |n| (n, true));
         let codec: Compression = name.parse().unwrap();
         let iterations: u64 = iterations.parse().expect("ITERATIONS: an integer");
         compress(codec, &section, &mut out); // buffers grown before counting
-        let sum = callgrind_measure(iterations, &mut || compress(codec, &section, &mut out));
+        let sum = if decode {
+            let compressed = bytes::Bytes::from(out.clone());
+            let mut chunk = Vec::new();
+            inflate(codec, &compressed, &mut chunk, section.len());
+            callgrind_measure(iterations, &mut || inflate(codec, &compressed, &mut chunk, section.len()))
+        } else {
+            callgrind_measure(iterations, &mut || compress(codec, &section, &mut out))
+        };
         println!("{selector}: {iterations} iterations of {records} records (checksum {sum})");
         return;
     }
@@ -355,8 +379,8 @@ fn main() {
         "{records} records, {} B of records section, seed {SEED}; median of {rounds} rounds of {iterations} batches",
         section.len()
     );
-    println!("| codec | ratio | CPU ns/record | wall ns/record |");
-    println!("|---|---|---|---|");
+    println!("| codec | ratio | CPU ns/record | wall ns/record | decode CPU ns/record | decode wall ns/record |");
+    println!("|---|---|---|---|---|---|");
     for codec in CODECS {
         let n = compress(codec, &section, &mut out);
         let back = compression::decompress(codec, &out, section.len()).unwrap();
@@ -370,14 +394,30 @@ fn main() {
             cpu.push(c0.elapsed());
             wall.push(w0.elapsed());
         }
-        cpu.sort();
-        wall.sort();
+        let compressed = bytes::Bytes::from(out[..n].to_vec());
+        let mut chunk = Vec::new();
+        assert_eq!(inflate(codec, &compressed, &mut chunk, section.len()), section.len());
+        let (mut dcpu, mut dwall): (Vec<Duration>, Vec<Duration>) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (c0, w0) = (cpu_time::ProcessTime::now(), Instant::now());
+            for _ in 0..iterations {
+                inflate(codec, &compressed, &mut chunk, section.len());
+            }
+            dcpu.push(c0.elapsed());
+            dwall.push(w0.elapsed());
+        }
+        for v in [&mut cpu, &mut wall, &mut dcpu, &mut dwall] {
+            v.sort();
+        }
         let per = |d: Duration| d.as_nanos() as f64 / (iterations as f64 * records as f64);
+        let median = |v: &[Duration]| per(v[v.len() / 2]);
         println!(
-            "| {codec} | {:.2} | {:.0} | {:.0} |",
+            "| {codec} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
             section.len() as f64 / n as f64,
-            per(cpu[cpu.len() / 2]),
-            per(wall[wall.len() / 2])
+            median(&cpu),
+            median(&wall),
+            median(&dcpu),
+            median(&dwall)
         );
     }
 }

@@ -32,10 +32,13 @@
 //! expansion of the bytes actually present)`. Zstd frames declaring a window
 //! larger than the output budget are decoded with a window clamped to
 //! budget + one block (a frame we would accept never refers further back):
-//! ruzstd keeps a full window of history before yielding output, so an
-//! unclamped 128 GiB window would make it buffer the whole (bomb) output
-//! before we could count a byte. With the clamp, zstd needs at most about
-//! `2 * max_output + 128 KiB` of memory; other codecs about `max_output`.
+//! a streaming zstd decoder sizes its buffer from the declared window, so an
+//! unclamped 128 GiB window would let a bomb claim it before we could count
+//! a byte. With the clamp, zstd needs at most about `2 * max_output + 128
+//! KiB` of memory; other codecs about `max_output`. Each zstd frame's extent
+//! is read from its block headers first, so the decoder (structured-zstd) is
+//! handed exactly one frame, and a frame cut short is refused before any of
+//! it is decoded.
 //!
 //! The LZ4 frame format is parsed here (blocks are decoded with
 //! `lz4_flex::block`), which lets us bound every allocation, check the
@@ -1271,9 +1274,9 @@ mod lz4 {
 
 mod zstd {
     use super::{consumed, corrupt, take, take_u32_le, CompressionError, Sink};
-    use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
     use std::cell::RefCell;
     use std::io::Read;
+    use structured_zstd::decoding::{ContentChecksum, FrameDecoder, StreamingDecoder};
     use structured_zstd::encoding::FrameCompressor;
 
     const NAME: &str = "zstd";
@@ -1371,6 +1374,10 @@ mod zstd {
 
     /// What [`inspect_header`] learned.
     struct Header {
+        /// Bytes of the header (magic included).
+        len: usize,
+        /// Whether a 4-byte content checksum ends the frame.
+        checksum: bool,
         /// Declared Frame_Content_Size, if any.
         content_size: Option<u64>,
         /// Replacement Window_Descriptor, if the declared window is larger
@@ -1378,7 +1385,7 @@ mod zstd {
         clamp_window: Option<u8>,
     }
 
-    /// Checks a frame header before ruzstd sees it. Fails with
+    /// Checks a frame header before the decoder sees it. Fails with
     /// `OutputTooLarge` if the declared content size exceeds the budget.
     fn inspect_header(
         frame: &[u8],
@@ -1409,6 +1416,9 @@ mod zstd {
             .and_then(|f| f.get(dict_id_len..))
             .and_then(|f| f.get(..fcs_len))
             .ok_or_else(truncated)?;
+        // At most 5 + 1 + 4 + 8 bytes.
+        let len = 5 + wd_len + dict_id_len + fcs_len;
+        let checksum = fhd & 0x04 != 0;
         let content_size = (fcs_len > 0).then(|| {
             let mut le = [0u8; 8];
             le.iter_mut().zip(fcs).for_each(|(d, s)| *d = *s);
@@ -1428,6 +1438,8 @@ mod zstd {
         if single_segment {
             // The window is the content size, already bounded above.
             return Ok(Header {
+                len,
+                checksum,
                 content_size,
                 clamp_window: None,
             });
@@ -1437,57 +1449,132 @@ mod zstd {
         // accept never needs more history than budget + one block.
         let needed = budget.saturating_add(BLOCK_MAX);
         Ok(Header {
+            len,
+            checksum,
             content_size,
             clamp_window: (window_size(wd) > needed).then(|| descriptor_for(needed)),
         })
     }
 
+    /// The length of the frame at the start of `frame` whose header is
+    /// `header` (RFC 8878 3.1.1): the header, every block up to the last
+    /// one, the content checksum. Reads only the 3-byte block headers, so a
+    /// frame cut short is refused before a byte of it is decoded, and the
+    /// decoder is handed exactly one frame.
+    fn frame_len(frame: &[u8], header: &Header) -> Result<usize, CompressionError> {
+        let truncated = || corrupt(NAME, "truncated frame");
+        let mut at = header.len;
+        loop {
+            let block = frame.get(at..).and_then(|b| b.first_chunk::<3>()).ok_or_else(truncated)?;
+            let bits = u32::from(block[0]) | u32::from(block[1]) << 8 | u32::from(block[2]) << 16;
+            let size = (bits >> 3) as usize;
+            let content = match (bits >> 1) & 3 {
+                // Raw, Compressed: `size` bytes follow; RLE: one byte.
+                0 | 2 => size,
+                1 => 1,
+                _ => return Err(corrupt(NAME, "reserved block type")),
+            };
+            // At most 3 + 2^21 past an index inside `frame`: no overflow.
+            at += 3 + content;
+            if at > frame.len() {
+                return Err(truncated());
+            }
+            if bits & 1 != 0 {
+                break;
+            }
+        }
+        if header.checksum {
+            at += 4;
+            if at > frame.len() {
+                return Err(corrupt(NAME, "truncated content checksum"));
+            }
+        }
+        Ok(at)
+    }
+
+    /// A frame decoder that verifies content checksums and refuses a window
+    /// beyond what `budget` justifies (the clamp keeps every frame we
+    /// accept within it; this is the decoder's own guard behind it).
+    fn frame_decoder(budget: u64) -> FrameDecoder {
+        let mut decoder = FrameDecoder::new();
+        decoder.set_content_checksum(ContentChecksum::Verify);
+        let ceiling = window_size(descriptor_for(budget.saturating_add(BLOCK_MAX)))
+            .clamp(1024, structured_zstd::decoding::MAX_DECODER_WINDOW_SIZE);
+        // In range by the clamp just above.
+        let _ = decoder.set_max_window_size(ceiling);
+        decoder
+    }
+
+    /// The start of one frame as the decoder reads it: the header with its
+    /// Window_Descriptor (byte 5, present whenever a clamp is returned)
+    /// replaced when `clamp` says so, and how many of the frame's own bytes
+    /// it stands for (0: the frame is read as it is).
+    fn clamped_head(frame: &[u8], clamp: Option<u8>) -> Result<(Vec<u8>, usize), CompressionError> {
+        let Some(wd) = clamp else {
+            return Ok((Vec::new(), 0));
+        };
+        let head = frame
+            .get(..5)
+            .filter(|_| frame.len() >= 6)
+            .ok_or_else(|| corrupt(NAME, "truncated frame header"))?;
+        Ok(([head, &[wd][..]].concat(), 6))
+    }
+
+    /// Splits a skippable frame (RFC 8878 3.1.2) off the front of `rest`
+    /// if one starts there; refuses anything that is not a zstd frame.
+    /// `Ok(true)`: a skippable frame was skipped.
+    fn skip_skippable(rest: &mut &[u8]) -> Result<bool, CompressionError> {
+        let mut peek = *rest;
+        let magic = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated magic"))?;
+        if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
+            let len = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+            take(&mut peek, len as usize).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
+            *rest = peek;
+            return Ok(true);
+        }
+        if magic != MAGIC {
+            return Err(corrupt(NAME, format!("bad frame magic {magic:#010x}")));
+        }
+        Ok(false)
+    }
+
+    /// `Err` unless a frame that declared `content_size` produced exactly that.
+    fn check_content_size(content_size: Option<u64>, produced: u64) -> Result<(), CompressionError> {
+        match content_size {
+            Some(size) if size != produced => Err(corrupt(
+                NAME,
+                format!("frame declares {size} bytes of content but holds {produced}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn decompress(input: &[u8], sink: &mut Sink<'_>) -> Result<(), CompressionError> {
         let mut rest = input;
+        let mut decoder = None;
         while !rest.is_empty() {
-            let mut peek = rest;
-            let magic = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated magic"))?;
-            if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
-                let len = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
-                take(&mut peek, len as usize).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
-                rest = peek;
+            if skip_skippable(&mut rest)? {
                 continue;
             }
-            if magic != MAGIC {
-                return Err(corrupt(NAME, format!("bad frame magic {magic:#010x}")));
-            }
-            let header = inspect_header(rest, sink.budget() as u64, false, || sink.too_large())?;
+            let budget = sink.budget() as u64;
+            let header = inspect_header(rest, budget, false, || sink.too_large())?;
+            let len = frame_len(rest, &header)?;
+            let (frame, tail) = rest.split_at(len);
             let frame_start = sink.produced();
-            rest = match header.clamp_window {
-                None => decompress_frame(rest, sink)?,
-                Some(wd) => {
-                    // Same header with the Window_Descriptor (byte 5,
-                    // present whenever a clamp is returned) replaced.
-                    let (head, tail) = (rest.get(..5), rest.get(6..));
-                    let (Some(head), Some(mut tail)) = (head, tail) else {
-                        return Err(corrupt(NAME, "truncated frame header"));
-                    };
-                    let head = [head, &[wd][..]].concat();
-                    let source = (&head[..]).chain(&mut tail);
-                    decompress_frame_from(source, sink)?;
-                    tail
-                }
-            };
-            if let Some(size) = header.content_size {
-                let got = sink.produced().saturating_sub(frame_start);
-                if size != got as u64 {
-                    return Err(corrupt(
-                        NAME,
-                        format!("frame declares {size} bytes of content but holds {got}"),
-                    ));
-                }
-            }
+            let (head, skip) = clamped_head(frame, header.clamp_window)?;
+            let source = (&head[..]).chain(frame.get(skip..).unwrap_or_default());
+            let mut stream =
+                StreamingDecoder::new_with_decoder(source, decoder.take().unwrap_or_else(|| frame_decoder(budget)));
+            sink.read_from(&mut stream)?;
+            decoder = Some(stream.into_frame_decoder());
+            check_content_size(header.content_size, sink.produced().saturating_sub(frame_start) as u64)?;
+            rest = tail;
         }
         Ok(())
     }
 
     /// The input of one streamed frame: a rewritten header (when the window
-    /// is clamped), then the rest of the batch's compressed bytes.
+    /// is clamped), then the rest of the frame's compressed bytes.
     struct Source {
         head: Vec<u8>,
         rest: bytes::Bytes,
@@ -1512,17 +1599,21 @@ mod zstd {
     }
 
     struct Frame {
-        decoder: ruzstd::decoding::StreamingDecoder<Source, ruzstd::decoding::FrameDecoder>,
+        decoder: StreamingDecoder<Source, FrameDecoder>,
         content_size: Option<u64>,
         produced: u64,
     }
 
-    /// A zstd stream: frame after frame, each through ruzstd's streaming
-    /// decoder with its window clamped to `max_unit` + one block.
+    /// A zstd stream: frame after frame, each handed whole (its extent read
+    /// from its block headers) to structured-zstd's streaming decoder, with
+    /// its window clamped to `max_unit` + one block.
     pub(super) struct Stream {
         /// Input not yet handed to a frame decoder.
         rest: bytes::Bytes,
         frame: Option<Frame>,
+        /// The decoder of the last finished frame, reused for the next one
+        /// (its buffers are allocated once per batch, not per frame).
+        spare: Option<FrameDecoder>,
     }
 
     impl Stream {
@@ -1530,6 +1621,7 @@ mod zstd {
             Stream {
                 rest: input,
                 frame: None,
+                spare: None,
             }
         }
 
@@ -1549,103 +1641,42 @@ mod zstd {
                     if more {
                         return Ok(true);
                     }
+                    // The decoder read its one frame to the end and checked
+                    // its content size and checksum.
                     let Some(f) = self.frame.take() else {
                         return Err(corrupt(NAME, "no frame"));
                     };
-                    let (source, frame) = f.decoder.into_parts();
-                    if !frame.is_finished() {
-                        return Err(corrupt(NAME, "truncated frame"));
-                    }
-                    if let (Some(stored), Some(computed)) =
-                        (frame.get_checksum_from_data(), frame.get_calculated_checksum())
-                    {
-                        if stored != computed {
-                            return Err(corrupt(NAME, "content checksum mismatch"));
-                        }
-                    }
-                    if let Some(size) = f.content_size {
-                        if size != f.produced {
-                            return Err(corrupt(
-                                NAME,
-                                format!("frame declares {size} bytes of content but holds {}", f.produced),
-                            ));
-                        }
-                    }
-                    self.rest = source.rest;
+                    check_content_size(f.content_size, f.produced)?;
+                    self.spare = Some(f.decoder.into_frame_decoder());
                     continue;
                 }
                 if self.rest.is_empty() {
                     return Ok(false);
                 }
-                let mut peek = &self.rest[..];
-                let magic = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated magic"))?;
-                if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
-                    let len = take_u32_le(&mut peek).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
-                    take(&mut peek, len as usize).ok_or_else(|| corrupt(NAME, "truncated skippable frame"))?;
-                    let used = consumed(&self.rest, peek);
+                let mut rest = &self.rest[..];
+                if skip_skippable(&mut rest)? {
+                    let used = consumed(&self.rest, rest);
                     let _ = self.rest.split_to(used);
                     continue;
                 }
-                if magic != MAGIC {
-                    return Err(corrupt(NAME, format!("bad frame magic {magic:#010x}")));
-                }
-                let header = inspect_header(&self.rest, max_unit as u64, true, || super::too_large(NAME, max_unit))?;
-                let rest = std::mem::take(&mut self.rest);
-                let source = match header.clamp_window {
-                    None => Source { head: Vec::new(), rest },
-                    Some(wd) => {
-                        let Some(head) = rest.get(..5).filter(|_| rest.len() >= 6) else {
-                            return Err(corrupt(NAME, "truncated frame header"));
-                        };
-                        let mut head = head.to_vec();
-                        head.push(wd);
-                        Source {
-                            head,
-                            rest: rest.slice(6..),
-                        }
-                    }
+                let budget = max_unit as u64;
+                let header = inspect_header(&self.rest, budget, true, || super::too_large(NAME, max_unit))?;
+                let len = frame_len(&self.rest, &header)?;
+                let frame = self.rest.split_to(len);
+                let (head, skip) = clamped_head(&frame, header.clamp_window)?;
+                let source = Source {
+                    head,
+                    rest: frame.slice(skip..),
                 };
-                let decoder = ruzstd::decoding::StreamingDecoder::new(source).map_err(|e| match e {
-                    FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame { .. }) => {
-                        corrupt(NAME, "unexpected skippable frame")
-                    }
-                    e => corrupt(NAME, e.to_string()),
-                })?;
+                let decoder = self.spare.take().unwrap_or_else(|| frame_decoder(budget));
                 self.frame = Some(Frame {
-                    decoder,
+                    decoder: StreamingDecoder::new_with_decoder(source, decoder),
                     content_size: header.content_size,
                     produced: 0,
                 });
             }
             Ok(true)
         }
-    }
-
-    /// Decodes the frame at the start of `input`, returning what follows it.
-    fn decompress_frame<'i>(input: &'i [u8], sink: &mut Sink<'_>) -> Result<&'i [u8], CompressionError> {
-        let mut rest = input;
-        decompress_frame_from(&mut rest, sink)?;
-        Ok(rest)
-    }
-
-    fn decompress_frame_from<R: Read>(source: R, sink: &mut Sink<'_>) -> Result<(), CompressionError> {
-        let mut decoder = ruzstd::decoding::StreamingDecoder::new(source).map_err(|e| match e {
-            FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame { .. }) => {
-                corrupt(NAME, "unexpected skippable frame")
-            }
-            e => corrupt(NAME, e.to_string()),
-        })?;
-        sink.read_from(&mut decoder)?;
-        let frame = &decoder.decoder;
-        if !frame.is_finished() {
-            return Err(corrupt(NAME, "truncated frame"));
-        }
-        if let (Some(stored), Some(computed)) = (frame.get_checksum_from_data(), frame.get_calculated_checksum()) {
-            if stored != computed {
-                return Err(corrupt(NAME, "content checksum mismatch"));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -1720,8 +1751,34 @@ pub mod fuzzing {
     use super::Compression;
 
     /// Decodes hostile `data` with a 1 MiB cap; must never panic or hang.
+    /// Then streams it through an [`Inflater`](super::Inflater) in small,
+    /// uneven steps: where the whole decode succeeded, the stream yields
+    /// the same bytes (the consumer's path and the whole one agree).
     pub fn decompress(codec: Compression, data: &[u8]) {
-        let _ = super::decompress(codec, data, 1 << 20);
+        const CAP: usize = 1 << 20;
+        let whole = super::decompress(codec, data, CAP);
+        if codec == Compression::None || data.is_empty() {
+            return;
+        }
+        let Ok(mut inflater) = super::Inflater::new(codec, bytes::Bytes::copy_from_slice(data), CAP) else {
+            assert!(whole.is_err(), "{codec}: the stream refused what the whole decode took");
+            return;
+        };
+        let mut streamed = Vec::new();
+        let mut step = 1 + data.len() % 7_000;
+        let ended = loop {
+            let target = streamed.len().saturating_add(step);
+            match inflater.fill(&mut streamed, target, CAP + (1 << 18)) {
+                Ok(true) if streamed.len() <= CAP => step = step % 50_000 + 4_099,
+                Ok(true) => break false,
+                Ok(false) => break true,
+                Err(_) => break false,
+            }
+        };
+        if let Ok(whole) = whole {
+            assert!(ended, "{codec}: the stream failed where the whole decode succeeded");
+            assert!(streamed == whole, "{codec}: the stream and the whole decode differ");
+        }
     }
 
     /// Compresses `data` and checks that it decompresses to itself under
@@ -2320,8 +2377,8 @@ mod tests {
         let input = mixed(50 * KIB);
         let mut c = compressed(Compression::Zstd, &input);
         assert_eq!(c[4] & 0x20, 0, "our zstd frames carry a window descriptor");
-        // 64 MiB (accepted by ruzstd, which would reserve all of it) and
-        // 2 TiB (which ruzstd alone rejects).
+        // 64 MiB (a decoder would reserve all of it) and 2 TiB (beyond
+        // what the decoder accepts at all).
         for wd in [0x80, 0xD8] {
             c[5] = wd;
             assert_eq!(decompress(Compression::Zstd, &c, 50 * KIB).unwrap(), input);
@@ -2331,17 +2388,21 @@ mod tests {
 
     #[test]
     fn zstd_huge_window_bomb_is_streamed_not_buffered() {
-        // 4 MiB of zeros in a frame claiming a 128 GiB window, cut short.
-        // Unclamped, ruzstd would hold everything as "window" and only hit
-        // the truncation (Corrupt); clamped, output streams out and the cap
-        // fires first.
+        // 4 MiB of zeros in a frame claiming a 128 GiB window. Unclamped, a
+        // decoder would hold everything as "window"; clamped, output streams
+        // out and the cap fires first.
         let mut c = compressed(Compression::Zstd, &vec![0u8; 4 * MIB]);
         c[5] = 0xD8;
-        c.truncate(c.len() - 8);
         let r = decompress(Compression::Zstd, &c, MIB);
         assert!(is_too_large(&r), "{:?}", r.err());
-        // With a big enough cap the truncation itself is reported.
-        assert!(is_corrupt(&decompress(Compression::Zstd, &c, 8 * MIB)));
+        assert_eq!(decompress(Compression::Zstd, &c, 4 * MIB).unwrap().len(), 4 * MIB);
+        // Cut short, it is refused from its block headers, before a byte is
+        // decoded, whatever the cap.
+        c.truncate(c.len() - 8);
+        for cap in [MIB, 8 * MIB] {
+            let r = decompress(Compression::Zstd, &c, cap);
+            assert!(is_corrupt(&r), "{:?}", r.err());
+        }
     }
 
     #[test]
