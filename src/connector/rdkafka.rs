@@ -56,7 +56,6 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use rdkafka::config::ClientConfig as RdConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -757,7 +756,10 @@ impl RdkafkaConsumer {
             return Vec::new();
         };
         let with_headers = self.headers;
-        let mut out: Vec<KafkaMessage> = Vec::new();
+        // Room for a few chunks up front: growing from empty moved every
+        // message taken so far at each doubling (about 60 instructions a
+        // record, callgrind).
+        let mut out: Vec<KafkaMessage> = Vec::with_capacity(self.max_poll_records.min(4 * CONSUME_CHUNK));
         let mut raw = [std::ptr::null_mut(); CONSUME_CHUNK];
         let mut copied = 0usize;
         while out.len() < self.max_poll_records && copied < self.max_poll_bytes && self.deferred.is_none() {
@@ -795,49 +797,55 @@ impl RdkafkaConsumer {
 /// Copies `records` into ONE buffer of exactly their size and appends them
 /// to `out` as `Bytes` slices of it; returns the bytes copied. The
 /// librdkafka messages may be destroyed once this returns.
+///
+/// Two passes and no vector in between (a profile had the per-record
+/// span and metadata vectors at about 40 ns a record): the first copies
+/// every field in record order; the second walks the same fields in the
+/// same order, so each one's place in the buffer is the running sum of
+/// the lengths before it.
 fn copy_messages(records: Vec<RawMessage<'_>>, out: &mut Vec<KafkaMessage>) -> usize {
     let size: usize = records.iter().map(RawMessage::len).sum();
-    let mut buf = BytesMut::with_capacity(size);
-    let mut put = |b: &[u8]| {
-        let start = buf.len();
-        buf.extend_from_slice(b);
-        (start, buf.len())
+    let mut buf = Vec::with_capacity(size);
+    for r in &records {
+        buf.extend_from_slice(r.key.unwrap_or_default());
+        buf.extend_from_slice(r.payload.unwrap_or_default());
+        for (k, v) in &r.headers {
+            buf.extend_from_slice(k);
+            buf.extend_from_slice(v.unwrap_or_default());
+        }
+    }
+    let buf = bytes::Bytes::from(buf);
+    let mut at = 0;
+    let mut next = |field: &[u8]| {
+        let start = at;
+        at += field.len();
+        buf.slice(start..at)
     };
-    let spans: Vec<_> = records
-        .iter()
-        .map(|r| {
-            (
-                r.key.map(&mut put),
-                r.payload.map(&mut put),
-                r.headers
-                    .iter()
-                    .map(|(k, v)| (put(k), v.map(&mut put)))
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .collect();
-    let meta: Vec<_> = records.iter().map(|r| (r.partition, r.offset, r.timestamp)).collect();
-    drop(records);
-    let buf = buf.freeze();
-    let slice = |r: (usize, usize)| buf.slice(r.0..r.1);
-    out.extend(
-        spans.into_iter().zip(meta).map(
-            |((key, payload, headers), (partition, offset, timestamp))| KafkaMessage {
-                payload: payload.map(slice),
-                key: key.map(slice),
-                headers: headers
-                    .into_iter()
-                    .map(|(k, v)| Header {
-                        key: slice(k),
-                        value: v.map(slice),
-                    })
-                    .collect(),
-                offset,
-                partition,
-                timestamp,
-            },
-        ),
-    );
+    out.reserve(records.len());
+    for r in &records {
+        let key = r.key.map(&mut next);
+        let payload = r.payload.map(&mut next);
+        // (An empty collect still costs its iterator set-up, per record.)
+        let headers = if r.headers.is_empty() {
+            Vec::new()
+        } else {
+            r.headers
+                .iter()
+                .map(|(k, v)| Header {
+                    key: next(k),
+                    value: v.map(&mut next),
+                })
+                .collect()
+        };
+        out.push(KafkaMessage {
+            payload,
+            key,
+            headers,
+            offset: r.offset,
+            partition: r.partition,
+            timestamp: r.timestamp,
+        });
+    }
     size
 }
 

@@ -10,13 +10,14 @@
 //! and deterministic: the same bytes on every machine and run.
 //!
 //! Run: `cargo bench -p clink-kafka-wire --bench codecs` prints, per codec,
-//! the compression ratio and CPU and wall ns per record (median of
-//! `CODECS_ROUNDS` rounds, default 7, each `CODECS_ITERATIONS` batches,
-//! default 20).
+//! the compression ratio and CPU and wall ns per record of compressing and
+//! of inflating as the consumer does (median of `CODECS_ROUNDS` rounds,
+//! default 7, each `CODECS_ITERATIONS` batches, default 20).
+//! `CODECS_BATCH_RECORDS=N` makes the batch N records instead of 256 KiB.
 //!
 //! Instruction counts, which repeat run to run on a noisy machine:
-//! `CODECS_CALLGRIND=CODEC[/ITERATIONS]` runs only that codec's compression,
-//! ITERATIONS times (default 10), inside `callgrind_measure`; run it under
+//! `CODECS_CALLGRIND=CODEC[/ITERATIONS]` runs only that codec's compression
+//! (`CODEC-decode`: its inflation), ITERATIONS times (default 10), inside `callgrind_measure`; run it under
 //! `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*callgrind_measure*'`
 //! and divide the total Ir by ITERATIONS × records. `benches/codecs_callgrind`
 //! does all of it.
@@ -275,12 +276,14 @@ fn event(rng: &mut Rng, i: u64) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// The uncompressed records section of one batch of events, and the number
-/// of records in it.
+/// of records in it: up to `BATCH_BYTES`, or `CODECS_BATCH_RECORDS` records
+/// (a small batch, as a low-rate producer sends them).
 fn records_section() -> (Vec<u8>, usize) {
     let mut rng = Rng::new(SEED);
     let mut events = Vec::new();
     let mut size = 0;
-    while size < BATCH_BYTES {
+    let max_records = env_or("CODECS_BATCH_RECORDS", u64::MAX);
+    while size < BATCH_BYTES && (events.len() as u64) < max_records {
         let (k, v) = event(&mut rng, events.len() as u64);
         size += k.len() + v.len() + 8; // about what the record adds
         events.push((k, v));

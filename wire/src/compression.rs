@@ -2429,6 +2429,31 @@ mod tests {
     }
 
     #[test]
+    fn zstd_frame_extent_counts_rle_blocks_and_refuses_reserved_ones() {
+        // Single-segment frame, 1-byte FCS 5, then a block of `kind` that
+        // holds `body`.
+        let frame = |kind: u32, body: &[u8]| {
+            let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x20, 5];
+            let bits = (5u32 << 3) | (kind << 1) | 1;
+            f.extend_from_slice(&bits.to_le_bytes()[..3]);
+            f.extend_from_slice(body);
+            f
+        };
+        // RLE: one byte repeated 5 times, however many bytes the size says.
+        let rle = frame(1, b"a");
+        assert_eq!(decompress(Compression::Zstd, &rle, 100).unwrap(), b"aaaaa");
+        assert_eq!(streamed(Compression::Zstd, &rle, 2, 100).unwrap(), b"aaaaa");
+        // The same with a byte too many: a second frame that is not one.
+        let mut long = rle.clone();
+        long.push(b'a');
+        assert!(is_corrupt(&decompress(Compression::Zstd, &long, 100)));
+        // Reserved block type.
+        assert!(is_corrupt(&decompress(Compression::Zstd, &frame(3, b"abcde"), 100)));
+        // A raw block cut short.
+        assert!(is_corrupt(&decompress(Compression::Zstd, &frame(0, b"abc"), 100)));
+    }
+
+    #[test]
     fn zstd_concatenated_and_skippable_frames() {
         let mut c = compressed(Compression::Zstd, HELLO);
         c.extend_from_slice(&0x184D_2A5Fu32.to_le_bytes());

@@ -353,6 +353,8 @@ mod corpus_replay {
         "decompress_snappy",
         "decompress_lz4",
         "decompress_zstd",
+        // Our half of that target (ruzstd, the other half, is fuzz/'s only).
+        "decompress_zstd_vs_ruzstd",
         "scram",
         "fetch",
         "produce",
@@ -371,7 +373,7 @@ mod corpus_replay {
             "decompress_gzip" => decompress(Compression::Gzip, data),
             "decompress_snappy" => decompress(Compression::Snappy, data),
             "decompress_lz4" => decompress(Compression::Lz4, data),
-            "decompress_zstd" => decompress(Compression::Zstd, data),
+            "decompress_zstd" | "decompress_zstd_vs_ruzstd" => decompress(Compression::Zstd, data),
             "scram" => scram(data),
             "fetch" => {
                 crate::fetcher::fuzzing::fetch(data);
