@@ -596,12 +596,14 @@ fn an_unknown_fault_point_is_refused_naming_the_allowed_ones() {
 /// Input of the parallel runs, and records per checkpoint (a batch holds at
 /// most 100 records, and a due checkpoint waits until every subtask sent
 /// records in its interval or polled nothing: every subtask with records left has some in every
-/// checkpoint, which its sink-side points need). Sixty checkpoints per full copy; each kill uses
-/// up at most about one, and the chain has 30 kills (parallelism 4), so every kill still finds
-/// records even when the subtasks' progress is skewed on a loaded machine. (At 2,000 records a
-/// checkpoint, thirty per copy, a subtask's partition ran dry before its last fault point in CI.)
-const PARALLEL_RECORDS: u64 = 60_000;
-const PARALLEL_CHECKPOINT_EVERY: u64 = 1_000;
+/// checkpoint, which its sink-side points need). The subtasks do not progress evenly: on 60,000
+/// records (15,000 a partition over 4) subtask 0 had copied its whole partition by run 24, when
+/// 33,200 records were copied in all (about 45% of them its own), so its first point
+/// (`mid-batch:2@0`) could not fire; on a loaded machine in CI, and every time with 1,000-record
+/// checkpoints (each kill then loses less progress). So the input is twice that, and every
+/// subtask still has records when its points come up.
+const PARALLEL_RECORDS: u64 = 120_000;
+const PARALLEL_CHECKPOINT_EVERY: u64 = 2_000;
 
 /// One job killed at every fault point of every subtask in turn: the
 /// coordinator points once, then for each subtask i its own points, each

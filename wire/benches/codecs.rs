@@ -369,7 +369,9 @@ fn main() {
             let compressed = bytes::Bytes::from(out.clone());
             let mut chunk = Vec::new();
             inflate(codec, &compressed, &mut chunk, section.len());
-            callgrind_measure(iterations, &mut || inflate(codec, &compressed, &mut chunk, section.len()))
+            callgrind_measure(iterations, &mut || {
+                inflate(codec, &compressed, &mut chunk, section.len())
+            })
         } else {
             callgrind_measure(iterations, &mut || compress(codec, &section, &mut out))
         };

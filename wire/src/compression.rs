@@ -1417,7 +1417,10 @@ mod zstd {
             .and_then(|f| f.get(..fcs_len))
             .ok_or_else(truncated)?;
         // At most 5 + 1 + 4 + 8 bytes.
-        let len = 5 + wd_len + dict_id_len + fcs_len;
+        let len = wd_len
+            .saturating_add(dict_id_len)
+            .saturating_add(fcs_len)
+            .saturating_add(5);
         let checksum = fhd & 0x04 != 0;
         let content_size = (fcs_len > 0).then(|| {
             let mut le = [0u8; 8];
@@ -1465,7 +1468,10 @@ mod zstd {
         let truncated = || corrupt(NAME, "truncated frame");
         let mut at = header.len;
         loop {
-            let block = frame.get(at..).and_then(|b| b.first_chunk::<3>()).ok_or_else(truncated)?;
+            let block = frame
+                .get(at..)
+                .and_then(|b| b.first_chunk::<3>())
+                .ok_or_else(truncated)?;
             let bits = u32::from(block[0]) | u32::from(block[1]) << 8 | u32::from(block[2]) << 16;
             let size = (bits >> 3) as usize;
             let content = match (bits >> 1) & 3 {
@@ -1474,8 +1480,8 @@ mod zstd {
                 1 => 1,
                 _ => return Err(corrupt(NAME, "reserved block type")),
             };
-            // At most 3 + 2^21 past an index inside `frame`: no overflow.
-            at += 3 + content;
+            // At most 3 + 2^21 past an index inside `frame`.
+            at = at.saturating_add(3).saturating_add(content);
             if at > frame.len() {
                 return Err(truncated());
             }
@@ -1484,7 +1490,7 @@ mod zstd {
             }
         }
         if header.checksum {
-            at += 4;
+            at = at.saturating_add(4);
             if at > frame.len() {
                 return Err(corrupt(NAME, "truncated content checksum"));
             }
