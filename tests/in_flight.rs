@@ -4,6 +4,9 @@
 //! partitions' batches ready, a limit of 2 keeps exactly 2 on the wire; a
 //! limit of 8 lets more through (so it is the limit that bounded the first
 //! run, not the proxy or the broker). Every record is delivered either way.
+//! And while a partition's one in-flight slot is taken, the records that
+//! arrive meanwhile wait in one open batch (sealed when the slot frees), not
+//! in a queue of linger-sized batches each waiting its own round trip.
 
 mod common;
 
@@ -67,6 +70,52 @@ async fn at_most_max_in_flight_produce_requests_are_outstanding() {
     assert!(wider <= 5, "max_in_flight=5 allowed {wider}");
     let last = direct.refresh_topics(&[&topic]).await.unwrap();
     assert_eq!(last.topics[topic.as_str()].partitions.len(), PARTITIONS as usize);
+}
+
+/// Records that trickle in (one every ~2 ms, longer than the 1 ms linger)
+/// while each Produce answer is held 100 ms: with one request in flight at a
+/// time, the records that arrive during a round trip go out together in the
+/// next request. Sealing a batch at every linger deadline regardless of the
+/// free slot made one request per record here (200 round trips, 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_behind_a_full_in_flight_slot_coalesces_into_one_batch() {
+    let Some(brokers) = common::brokers() else { return };
+    let direct = common::cluster(common::config(&brokers)).await;
+    let topic = common::unique_topic("in-flight-coalesce");
+    common::create_topic(&direct, NewTopic::new(&topic, 1, 1)).await;
+    let options = ProxyOptions {
+        hold_produce_responses: Duration::from_millis(100),
+        ..ProxyOptions::default()
+    };
+    let proxy = Proxy::start(brokers.split(',').next().unwrap().to_owned(), options).await;
+    let cluster = common::cluster(common::config(&proxy.addr.to_string())).await;
+    let producer = Producer::new(
+        cluster,
+        ProducerConfig::default()
+            .with_max_in_flight(1)
+            .with_linger(Duration::from_millis(1)),
+    )
+    .await
+    .expect("producer through the proxy");
+    const TRICKLE: usize = 200;
+    let mut acks = Vec::new();
+    for i in 0..TRICKLE {
+        let r = ProducerRecord::new(&topic, format!("{i:05}")).with_partition(0);
+        acks.push(producer.send(r).await.expect("send"));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    producer.flush(Duration::from_secs(60)).await.expect("flush");
+    for a in acks {
+        a.await.expect("delivered");
+    }
+    let requests = proxy.produce_requests.load(Ordering::SeqCst);
+    assert_eq!(proxy.max_produce_outstanding.load(Ordering::SeqCst), 1);
+    eprintln!("{TRICKLE} records trickled in: {requests} Produce requests");
+    assert!(
+        requests <= TRICKLE / 5,
+        "{requests} Produce requests for {TRICKLE} records: batches were sealed while the in-flight slot was \
+         taken, one round trip each"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

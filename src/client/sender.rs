@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use clink_kafka_wire::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -52,6 +52,18 @@ enum Outcome {
     Written,
 }
 
+/// The resolution of tokio's timer: a deadline is rounded up to the next
+/// millisecond, and the driver parks in whole milliseconds.
+const LINGER_TICK: Duration = Duration::from_millis(1);
+
+/// How early a linger deadline is slept to, and how far ahead of its
+/// deadline a batch is sealed on a timer wake: just under one tick, so the
+/// batch whose deadline set the timer is always sealed by its wake (no
+/// spin) and `linger` holds a batch `linger` on average, 1-3 ms more no
+/// longer. As in Java, whose accumulator compares millisecond clocks, a
+/// batch may go up to a millisecond before its linger has passed.
+const LINGER_SLACK: Duration = LINGER_TICK.saturating_sub(Duration::from_nanos(1));
+
 /// The background task; ends once the producer is closed and idle.
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
@@ -60,7 +72,15 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut connecting: tokio::task::JoinSet<(i32, Result<BrokerConnection, Error>)> = tokio::task::JoinSet::new();
     let mut connecting_to: HashSet<i32> = HashSet::new();
     let mut connect_failed: HashMap<i32, Error> = HashMap::new();
+    // Whether the last wake came from the deadline timer: then a batch due
+    // within the next timer tick is sealed now (see [`LINGER_TICK`]).
+    let mut timer_fired = false;
     loop {
+        let linger_slack = if std::mem::take(&mut timer_fired) {
+            LINGER_SLACK
+        } else {
+            Duration::ZERO
+        };
         while let Some(joined) = connecting.try_join_next() {
             connected(joined, &mut conns, &mut connecting_to, &mut connect_failed);
         }
@@ -69,6 +89,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let flushing = closing || shared.flushing.load(Ordering::Acquire) > 0;
         let now = Instant::now();
         let mut next_deadline: Option<Instant> = None;
+        // The earliest open batch's linger deadline, slept to a tick early.
+        let mut linger_deadline: Option<Instant> = None;
         let mut to_fail: Vec<(Batch, Error)> = Vec::new();
         let mut groups: Vec<(i32, Vec<(usize, Batch)>)> = Vec::new();
         let mut refresh: Vec<Arc<str>> = Vec::new();
@@ -87,15 +109,39 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             // not only when it fills).
             let mut sealed: Vec<(Arc<str>, i32)> = Vec::new();
             for (qi, q) in state.partitions.iter_mut().enumerate() {
+                // Until the broker has acknowledged one of this partition's
+                // batches under our identity it may hold no state for us, and
+                // then it accepts any first sequence: a second batch in flight
+                // could land before a first one that failed (franz-go limits
+                // the same way).
+                let limit = if idempotent && !q.acked { 1 } else { max };
+                // A drain after a failure ends once none of the partition's
+                // batches is in flight; its queue is renumbered then.
+                if q.draining && q.in_flight.is_empty() {
+                    q.draining = false;
+                    if q.resequence {
+                        resequence(q);
+                    }
+                }
                 if let Some(open) = &q.open {
                     let due = open.created + linger;
-                    if flushing || due <= now || fatal.is_some() {
+                    // A lingering batch is sealed only when it could go now:
+                    // nothing queued before it, a free in-flight slot, no
+                    // retry or drain pending. Otherwise it keeps filling (up
+                    // to `batch_size`, sealed by `send`) until a slot frees,
+                    // as Java's accumulator does: sealing it at its deadline
+                    // would fill the queue with tiny batches under a backlog,
+                    // each waiting a round trip. An answer, a retry deadline
+                    // or a connect wakes this loop again.
+                    let could_go =
+                        q.queue.is_empty() && !q.draining && q.retry_at.is_none() && q.in_flight.len() < limit;
+                    if flushing || fatal.is_some() || (could_go && due <= now + linger_slack) {
                         let b = q.open.take().expect("checked");
                         q.last_batch_len = b.records.len();
                         q.queue.push_back(b.into());
                         sealed.push((q.tp.topic.clone(), q.tp.partition));
-                    } else {
-                        next_deadline = Some(next_deadline.map_or(due, |d| d.min(due)));
+                    } else if could_go {
+                        linger_deadline = Some(linger_deadline.map_or(due, |d| d.min(due)));
                     }
                 }
                 if let Some(e) = &fatal {
@@ -117,13 +163,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     to_fail.push((b, e));
                 }
                 if q.draining {
-                    if !q.in_flight.is_empty() {
-                        continue;
-                    }
-                    q.draining = false;
-                    if q.resequence {
-                        resequence(q);
-                    }
+                    continue;
                 }
                 // Looked up only for a partition waiting to retry or with
                 // a batch to send (this loop visits every partition).
@@ -145,12 +185,6 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     q.retry_at = None;
                     q.retry_leader = None;
                 }
-                // Until the broker has acknowledged one of this partition's
-                // batches under our identity it may hold no state for us, and
-                // then it accepts any first sequence: a second batch in flight
-                // could land before a first one that failed (franz-go limits
-                // the same way).
-                let limit = if idempotent && !q.acked { 1 } else { max };
                 if q.in_flight.len() >= limit || q.queue.is_empty() {
                     continue;
                 }
@@ -221,11 +255,24 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             tokio::task::yield_now().await;
             continue;
         }
-        match next_deadline {
+        // A linger deadline is slept to one tick early: tokio's timer rounds
+        // a deadline up to its next millisecond and parks in whole ones, so
+        // `sleep_until(due)` would hold a 1 ms linger 1-3 ms. Woken a tick
+        // early, the loop seals every batch due within that tick (above).
+        // The other deadlines (retries) are slept to exactly: woken early
+        // with nothing to do, the loop would spin until they pass.
+        let wake_at = match (linger_deadline, next_deadline) {
+            (Some(l), other) => {
+                let early = l.checked_sub(LINGER_SLACK).unwrap_or(l);
+                Some(other.map_or(early, |d| d.min(early)))
+            }
+            (None, other) => other,
+        };
+        match wake_at {
             Some(d) => {
                 tokio::select! {
                     _ = shared.wake.notified() => {}
-                    _ = tokio::time::sleep_until(d.into()) => {}
+                    _ = tokio::time::sleep_until(d.into()) => timer_fired = true,
                     Some(joined) = connecting.join_next(), if !connecting.is_empty() => {
                         connected(joined, &mut conns, &mut connecting_to, &mut connect_failed);
                     }

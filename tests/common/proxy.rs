@@ -80,6 +80,8 @@ pub struct Proxy {
     pub produce_outstanding: Arc<AtomicUsize>,
     /// The most Produce requests ever outstanding at once.
     pub max_produce_outstanding: Arc<AtomicUsize>,
+    /// Produce requests forwarded that expect an answer, in all.
+    pub produce_requests: Arc<AtomicUsize>,
     /// While set, nothing passes either way (a network partition).
     pub partitioned: Arc<AtomicBool>,
     /// While set, each new connection is closed at once, as by a broker
@@ -114,6 +116,7 @@ impl Proxy {
             cutting: Arc::new(AtomicBool::new(options.cut_seed.is_some())),
             produce_outstanding: Arc::default(),
             max_produce_outstanding: Arc::default(),
+            produce_requests: Arc::default(),
             partitioned: Arc::default(),
             refusing: Arc::default(),
         };
@@ -121,6 +124,7 @@ impl Proxy {
         let refusing = proxy.refusing.clone();
         let (outstanding, max_outstanding) = (proxy.produce_outstanding.clone(), proxy.max_produce_outstanding.clone());
         let hold = options.hold_produce_responses;
+        let produce_requests = proxy.produce_requests.clone();
         let (req, resp, accepted, rewritten, cutting) = (
             proxy.cuts_in_request.clone(),
             proxy.cuts_in_response.clone(),
@@ -170,6 +174,7 @@ impl Proxy {
                     hold,
                     outstanding: outstanding.clone(),
                     max_outstanding: max_outstanding.clone(),
+                    produce_requests: produce_requests.clone(),
                     cutting: cutting.clone(),
                     total_cuts: (req.clone(), resp.clone()),
                     rewritten: rewritten.clone(),
@@ -249,6 +254,7 @@ struct Conn {
     hold: Duration,
     outstanding: Arc<AtomicUsize>,
     max_outstanding: Arc<AtomicUsize>,
+    produce_requests: Arc<AtomicUsize>,
     cutting: Arc<AtomicBool>,
     total_cuts: (Arc<AtomicUsize>, Arc<AtomicUsize>),
     rewritten: Arc<AtomicUsize>,
@@ -305,6 +311,7 @@ impl Conn {
                             this.produce.lock().unwrap().insert(correlation);
                             let now = this.outstanding.fetch_add(1, Ordering::SeqCst) + 1;
                             this.max_outstanding.fetch_max(now, Ordering::SeqCst);
+                            this.produce_requests.fetch_add(1, Ordering::SeqCst);
                         }
                     }
                     if sent + frame.len() > cut_req && frame.len() > 64 && this.may_cut(&this.total_cuts.0) {
