@@ -235,9 +235,6 @@ async fn fill_input(cluster: &Cluster, topic: &str, partitions: i32) -> Vec<Stri
 
 async fn fill_input_with(cluster: &Cluster, topic: &str, partitions: i32, records: u64) -> Vec<String> {
     common::create_topic(cluster, NewTopic::new(topic, partitions, 1)).await;
-    let producer = Producer::new(cluster.clone(), ProducerConfig::default()).await.unwrap();
-    let mut futures = Vec::new();
-    let mut values = Vec::new();
     // Strictly increasing timestamps (1 ms apart, ending now): event time
     // for the copy job's watermarks, exact for replay suppression.
     let now_ms = std::time::SystemTime::now()
@@ -245,7 +242,23 @@ async fn fill_input_with(cluster: &Cluster, topic: &str, partitions: i32, record
         .unwrap()
         .as_millis() as i64;
     let base = now_ms - records as i64;
-    for i in 0..records {
+    append_input(cluster, topic, partitions, 0..records, base).await
+}
+
+/// Appends records `indices` to `topic` (record i to partition i mod
+/// `partitions`, value `"{p}-{i}"`, timestamp `base + i`); returns their
+/// values, sorted.
+async fn append_input(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: i32,
+    indices: std::ops::Range<u64>,
+    base: i64,
+) -> Vec<String> {
+    let producer = Producer::new(cluster.clone(), ProducerConfig::default()).await.unwrap();
+    let mut futures = Vec::new();
+    let mut values = Vec::new();
+    for i in indices {
         let p = (i % partitions as u64) as i32;
         let value = format!("{p}-{i}");
         values.push(value.clone());
@@ -604,6 +617,14 @@ fn an_unknown_fault_point_is_refused_naming_the_allowed_ones() {
 /// subtask still has records when its points come up.
 const PARALLEL_RECORDS: u64 = 120_000;
 const PARALLEL_CHECKPOINT_EVERY: u64 = 2_000;
+/// Records appended to the input when a subtask ran dry before its fault
+/// point fired (the run ended with exit 0, every record copied): the same
+/// point is then tried again on the longer input, at most
+/// `PARALLEL_TOP_UPS` times in a chain. The subtasks do not progress
+/// evenly (a loaded machine skews them further), so no fixed input is
+/// surely long enough for every subtask's last point.
+const PARALLEL_TOP_UP: u64 = 20_000;
+const PARALLEL_TOP_UPS: u32 = 3;
 
 /// One job killed at every fault point of every subtask in turn: the
 /// coordinator points once, then for each subtask i its own points, each
@@ -639,7 +660,15 @@ fn every_subtask_in_turn(parallelism: u32) -> Vec<String> {
 async fn parallel_every_subtask_in_turn(brokers: &str, partitions: i32, parallelism: u32, tag: &str) {
     let cluster = common::cluster(common::config(brokers)).await;
     let input = common::unique_topic(&format!("eo-par-{tag}-in"));
-    let expected = fill_input_with(&cluster, &input, partitions, PARALLEL_RECORDS).await;
+    common::create_topic(&cluster, NewTopic::new(&input, partitions, 1)).await;
+    // As fill_input_with: timestamps 1 ms apart ending now; the records of a
+    // top-up carry on from there.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let ts_base = now_ms - PARALLEL_RECORDS as i64;
+    let mut expected = append_input(&cluster, &input, partitions, 0..PARALLEL_RECORDS, ts_base).await;
     let out = common::unique_topic(&format!("eo-par-{tag}-out"));
     common::create_topic(&cluster, NewTopic::new(&out, partitions, 1)).await;
     let work = std::env::temp_dir().join(format!("{out}-work"));
@@ -657,9 +686,10 @@ async fn parallel_every_subtask_in_turn(brokers: &str, partitions: i32, parallel
     let faults = every_subtask_in_turn(parallelism);
     let started = Instant::now();
     let mut runs = 0;
+    let mut top_ups = 0;
     for fault in &faults {
         runs += 1;
-        let run = run_copy(
+        let mut run = run_copy(
             &job,
             &input,
             &out,
@@ -668,6 +698,28 @@ async fn parallel_every_subtask_in_turn(brokers: &str, partitions: i32, parallel
             Some(fault),
             &work.join(format!("run-{runs}")),
         );
+        while run.status.success() && top_ups < PARALLEL_TOP_UPS {
+            // Every record was copied before this point fired: its subtask
+            // ran dry. More input, and the same point again.
+            top_ups += 1;
+            let from = job.records;
+            job.records += PARALLEL_TOP_UP;
+            eprintln!(
+                "{tag}: fault {fault} (run {runs}) did not fire before the input ran out; appending {PARALLEL_TOP_UP} \
+                 records (top-up {top_ups} of at most {PARALLEL_TOP_UPS}) and running it again"
+            );
+            expected.extend(append_input(&cluster, &input, partitions, from..job.records, ts_base).await);
+            runs += 1;
+            run = run_copy(
+                &job,
+                &input,
+                &out,
+                &state,
+                &txn_id,
+                Some(fault),
+                &work.join(format!("run-{runs}")),
+            );
+        }
         let point = fault.split([':', '@']).next().unwrap();
         assert!(
             run.status.signal() == Some(9) && run.stderr.contains(&format!("copy: fault {point}:")),
@@ -697,12 +749,14 @@ async fn parallel_every_subtask_in_turn(brokers: &str, partitions: i32, parallel
             run.stderr
         );
     };
-    assert_eq!(records, PARALLEL_RECORDS, "{tag}: records the job reports");
-    let ours = common::read_committed_values(&cluster, &out, partitions, PARALLEL_RECORDS as usize).await;
+    expected.sort();
+    let total = job.records;
+    assert_eq!(records, total, "{tag}: records the job reports");
+    let ours = common::read_committed_values(&cluster, &out, partitions, total as usize).await;
     if let Some(diff) = multiset_difference(&expected, &ours) {
         panic!("{tag}: our read_committed view of {out}: {diff}");
     }
-    if let Some(java) = common::java_read_committed(brokers, &out, PARALLEL_RECORDS as usize + 1, 10_000) {
+    if let Some(java) = common::java_read_committed(brokers, &out, total as usize + 1, 10_000) {
         if let Some(diff) = multiset_difference(&expected, &java) {
             panic!("{tag}: the Java console consumer's read_committed view of {out}: {diff}");
         }
@@ -716,7 +770,7 @@ async fn parallel_every_subtask_in_turn(brokers: &str, partitions: i32, parallel
     }
     eprintln!(
         "{tag}: parallelism {parallelism} over {partitions} partitions: {} kills, {runs} runs, last checkpoint \
-         {last}, {PARALLEL_RECORDS} records checked: 0 duplicates, 0 losses ({:.0?})",
+         {last}, {total} records checked ({top_ups} top-ups): 0 duplicates, 0 losses ({:.0?})",
         faults.len(),
         started.elapsed()
     );
