@@ -101,7 +101,13 @@ pub struct ProducerConfig {
     /// refused when the producer is built. Not with `compression.type`
     /// none.
     pub compression_level: i32,
-    /// `linger.ms`: how long a batch waits for more records.
+    /// `linger.ms`: how long a batch waits for more records. Measured on
+    /// tokio's millisecond timer, as Java measures it on a millisecond
+    /// clock: a batch goes between `linger` less one millisecond and about
+    /// `linger` plus a tenth of one. A batch whose partition has no free
+    /// in-flight slot (`max_in_flight` requests out, or a retry pending)
+    /// keeps filling past its linger, up to `batch_size`, and goes when a
+    /// slot frees.
     pub linger: Duration,
     /// `batch.size`: a batch is sealed once its records reach this many
     /// bytes (before compression). A larger single record gets its own batch.

@@ -1501,14 +1501,30 @@ mod zstd {
     /// A frame decoder that verifies content checksums and refuses a window
     /// beyond what `budget` justifies (the clamp keeps every frame we
     /// accept within it; this is the decoder's own guard behind it).
+    ///
+    /// It is this thread's spare one when there is one: a decoder that
+    /// finished its last frame, kept by [`Stream`]'s drop. A new one costs
+    /// tens of thousands of instructions (its scratch tables, zeroed), which
+    /// a batch of one small record would otherwise pay every time. What a
+    /// thread keeps is one decoder, whose buffers are bounded by the largest
+    /// window it was allowed (the clamp of the largest `budget` seen on the
+    /// thread).
     fn frame_decoder(budget: u64) -> FrameDecoder {
-        let mut decoder = FrameDecoder::new();
-        decoder.set_content_checksum(ContentChecksum::Verify);
+        let mut decoder = SPARE.with(std::cell::Cell::take).unwrap_or_else(|| {
+            let mut d = FrameDecoder::new();
+            d.set_content_checksum(ContentChecksum::Verify);
+            d
+        });
         let ceiling = window_size(descriptor_for(budget.saturating_add(BLOCK_MAX)))
             .clamp(1024, structured_zstd::decoding::MAX_DECODER_WINDOW_SIZE);
         // In range by the clamp just above.
         let _ = decoder.set_max_window_size(ceiling);
         decoder
+    }
+
+    thread_local! {
+        /// This thread's spare frame decoder (see [`frame_decoder`]).
+        static SPARE: std::cell::Cell<Option<FrameDecoder>> = const { std::cell::Cell::new(None) };
     }
 
     /// The start of one frame as the decoder reads it: the header with its
@@ -1620,6 +1636,17 @@ mod zstd {
         /// The decoder of the last finished frame, reused for the next one
         /// (its buffers are allocated once per batch, not per frame).
         spare: Option<FrameDecoder>,
+    }
+
+    impl Drop for Stream {
+        /// A decoder that finished its frame goes back to the thread (one
+        /// in the middle of a frame, or refused, is dropped).
+        fn drop(&mut self) {
+            if let Some(decoder) = self.spare.take() {
+                // During the thread's own teardown there is no spare to keep.
+                let _ = SPARE.try_with(|cell| cell.set(Some(decoder)));
+            }
+        }
     }
 
     impl Stream {
@@ -2409,6 +2436,37 @@ mod tests {
             let r = decompress(Compression::Zstd, &c, cap);
             assert!(is_corrupt(&r), "{:?}", r.err());
         }
+    }
+
+    #[test]
+    fn zstd_a_decoder_reused_on_one_thread_keeps_each_decodes_limits_and_checks() {
+        // Every decode below runs on this thread, and all but the first get
+        // the decoder the one before it finished with (`frame_decoder`).
+        let big = compressed(Compression::Zstd, &vec![7u8; 4 * MIB]);
+        assert_eq!(decompress(Compression::Zstd, &big, 8 * MIB).unwrap().len(), 4 * MIB);
+        // A decoder last allowed a multi-MiB window still clamps a bomb's.
+        let mut bomb = compressed(Compression::Zstd, &vec![0u8; 4 * MIB]);
+        bomb[5] = 0xD8;
+        assert!(is_too_large(&decompress(Compression::Zstd, &bomb, MIB)));
+        // And still verifies content checksums.
+        let small = compressed(Compression::Zstd, b"hello, reused decoder");
+        assert_ne!(small[4] & 0x04, 0, "the encoder writes a content checksum");
+        let mut bad = small.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xFF;
+        assert!(is_corrupt(&decompress(Compression::Zstd, &bad, MIB)));
+        assert_eq!(
+            decompress(Compression::Zstd, &small, MIB).unwrap(),
+            b"hello, reused decoder"
+        );
+        // A decode refused mid-frame leaves no half-used decoder behind.
+        let mut cut = compressed(Compression::Zstd, &vec![1u8; MIB]);
+        cut.truncate(cut.len() / 2);
+        assert!(decompress(Compression::Zstd, &cut, 2 * MIB).is_err());
+        assert_eq!(
+            decompress(Compression::Zstd, &small, MIB).unwrap(),
+            b"hello, reused decoder"
+        );
     }
 
     #[test]
