@@ -36,6 +36,7 @@ const MEMBER_ID_REQUIRED: i16 = 79;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const NOT_COORDINATOR: i16 = 16;
 
 /// One classic group member on its own connection to the coordinator (a
 /// JoinGroup waits at the broker, and a connection answers in order).
@@ -98,10 +99,12 @@ impl Member {
                 continue;
             }
             // A fresh broker's group coordinator may still be loading
-            // its __consumer_offsets partition: retriable, bounded.
+            // its __consumer_offsets partition, or moving it between its
+            // shards: retriable, bounded (NOT_COORDINATOR seen once in CI
+            // on the single TV2 broker, whose coordinator is always itself).
             if matches!(
                 response.error_code,
-                COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE
+                COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR
             ) && attempts < 150
             {
                 attempts += 1;
