@@ -74,7 +74,10 @@ impl FrameDecoder {
         Ok(Some(buf.split_to(len).freeze()))
     }
 
-    fn frame_len(&self, input: &[u8]) -> Result<Option<usize>> {
+    /// The size of the frame at the start of `input` (after its 4-byte
+    /// length), checked against the frame size limit; `None` until the
+    /// length has arrived.
+    pub fn frame_len(&self, input: &[u8]) -> Result<Option<usize>> {
         let Some(prefix) = input.first_chunk::<4>() else {
             return Ok(None);
         };
