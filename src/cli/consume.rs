@@ -552,16 +552,27 @@ impl<W: Write> Lines<W> {
     }
 }
 
+/// `n` in decimal, appended.
+fn push_number(out: &mut Vec<u8>, n: i64) {
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{n}");
+}
+
 /// One record by the `--format` template.
 fn render(template: &[Piece], topic: &str, m: &KafkaMessage, null: Option<&[u8]>, out: &mut Vec<u8>) {
     let empty: &[u8] = b"";
     for p in template {
         match p {
-            Piece::Literal(l) => out.extend_from_slice(l),
+            // One byte (a separator, the newline) is pushed: no copy call.
+            Piece::Literal(l) => match l.as_slice() {
+                [b] => out.push(*b),
+                l => out.extend_from_slice(l),
+            },
             Piece::Topic => out.extend_from_slice(topic.as_bytes()),
-            Piece::Partition => out.extend_from_slice(m.partition.to_string().as_bytes()),
-            Piece::Offset => out.extend_from_slice(m.offset.to_string().as_bytes()),
-            Piece::Timestamp => out.extend_from_slice(m.timestamp.to_string().as_bytes()),
+            // Numbers are formatted into the line, not into a String each.
+            Piece::Partition => push_number(out, i64::from(m.partition)),
+            Piece::Offset => push_number(out, m.offset),
+            Piece::Timestamp => push_number(out, m.timestamp),
             Piece::Key => out.extend_from_slice(m.key.as_deref().or(null).unwrap_or(empty)),
             Piece::Value => out.extend_from_slice(m.payload.as_deref().or(null).unwrap_or(empty)),
             Piece::Headers => {
@@ -683,6 +694,19 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, vec!["K", "\"\\t\"", "V", "\"\\n100% %x\""]);
+    }
+
+    #[test]
+    fn render_fills_every_piece() {
+        let m = KafkaMessage {
+            offset: 1_234_567_890_123,
+            partition: 7,
+            timestamp: -1,
+            ..KafkaMessage::new(bytes::Bytes::from_static(b"v1")).with_key(bytes::Bytes::from_static(b"k1"))
+        };
+        let mut out = Vec::new();
+        render(&parse_template("%t|%p|%o|%T|%k|%v|.\\n"), "topic", &m, None, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), "topic|7|1234567890123|-1|k1|v1|.\n");
     }
 
     #[derive(clap::Parser)]

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::error::{ConnectorError, Result};
 use super::options::SourceOptions;
-use super::record::{Header, KafkaMessage};
+use super::record::KafkaMessage;
 use crate::client::{
     ClientConfig, Cluster, Consumer, ConsumerConfig, ConsumerGroupMetadata, DeliveryFuture, GroupConsumer,
     GroupConsumerConfig, GroupOffsets, IsolationLevel, Offset, PartitionOffset, Producer, ProducerConfig,
@@ -422,15 +422,8 @@ impl From<crate::client::ConsumerRecord> for KafkaMessage {
         KafkaMessage {
             payload: r.record.value,
             key: r.record.key,
-            headers: r
-                .record
-                .headers
-                .into_iter()
-                .map(|h| Header {
-                    key: h.key,
-                    value: h.value,
-                })
-                .collect(),
+            // The same header type: moved, not converted.
+            headers: r.record.headers,
             offset: r.record.offset,
             partition: r.partition,
             timestamp: r.record.timestamp,

@@ -11,15 +11,12 @@ use std::ops::Deref;
 
 use bytes::Bytes;
 
-/// A record header. Kafka header keys are strings; they are kept as the
-/// fetched bytes (`std::str::from_utf8` where text is needed).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Header {
-    /// The header's key, as fetched (UTF-8 by convention).
-    pub key: Bytes,
-    /// The header's value; `None` is a null value.
-    pub value: Option<Bytes>,
-}
+/// A record header: the client's own type (key and value as `Bytes`
+/// slices of the fetched frame), so a consumed record's headers pass to the
+/// connector as they are, with no conversion per record. Kafka header keys
+/// are strings; they are kept as the fetched bytes (`std::str::from_utf8`
+/// where text is needed).
+pub use clink_kafka_wire::record::Header;
 
 /// A full broker record, as consumed or as to be produced.
 ///

@@ -22,7 +22,9 @@ mod encode;
 mod stream;
 mod txn_end;
 
-pub use decode::{BatchIter, DecodeOptions, HeaderIter, Record, RecordBatch, RecordCursor, RecordIter, RecordRef};
+pub use decode::{
+    BatchIter, DecodeOptions, Header, HeaderIter, Record, RecordBatch, RecordCursor, RecordIter, RecordRef,
+};
 pub use dump::dump_batch;
 pub use encode::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
 pub use stream::{BatchStream, INFLATE_CHUNK};
