@@ -217,3 +217,61 @@ fn produce_from_stdin_keeps_its_memory_whatever_the_input_length() {
         resident[1]
     );
 }
+
+/// `produce < file` reads a regular file in whole blocks, each read into
+/// again once its lines are sent: every line of a file several blocks long
+/// (its length an exact multiple of the block, so the end is found by an
+/// empty read) arrives once, in order, with its key.
+#[test]
+fn produce_from_a_file_on_stdin_sends_every_line_once_in_order() {
+    use clink_kafka::client::{ConsumerConfig, NewTopic, Offset};
+    use std::io::Write;
+
+    let Some(brokers) = common::brokers() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let topic = common::unique_topic("stdin-file");
+    let cluster = rt.block_on(async {
+        let cluster = common::cluster(common::config(&brokers)).await;
+        common::create_topic(&cluster, NewTopic::new(&topic, 1, 1)).await;
+        cluster
+    });
+    // 4 MiB exactly (the reader's blocks are 1 MiB): 32,768 lines of 128 B.
+    let lines = 32_768usize;
+    let line = |i: usize| format!("k{i:07}\tv{i:07}-{}\n", "x".repeat(128 - 19));
+    assert_eq!(line(0).len(), 128);
+    let dir = std::env::temp_dir().join(format!("clink-stdin-{}-{}", std::process::id(), topic));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("input");
+    let mut file = std::fs::File::create(&path).unwrap();
+    for i in 0..lines {
+        file.write_all(line(i).as_bytes()).unwrap();
+    }
+    drop(file);
+    let child = Command::new(env!("CARGO_BIN_EXE_clink-kafka"))
+        .args(["produce", "--backend", common::connector::backend()])
+        .args(["--brokers", &brokers, "--topic", &topic, "--key-delimiter", "\t"])
+        .stdin(std::fs::File::open(&path).unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting clink-kafka produce");
+    let out = run_with_deadline_child(child, Duration::from_secs(120));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "produce failed: {stderr}");
+    assert!(stderr.contains("produced 32,768 records"), "{stderr}");
+    let records = rt.block_on(common::consume_exactly(
+        &cluster,
+        ConsumerConfig::default(),
+        &topic,
+        0,
+        Offset::Earliest,
+        lines,
+    ));
+    for (i, r) in records.iter().enumerate() {
+        let want = line(i);
+        let (k, v) = want.trim_end().split_once('\t').unwrap();
+        assert_eq!(r.record.key.as_deref(), Some(k.as_bytes()), "key of line {i}");
+        assert_eq!(r.record.value.as_deref(), Some(v.as_bytes()), "value of line {i}");
+    }
+}
