@@ -196,7 +196,6 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             }
         }
         tracing::debug!(lines = sent, fresh_blocks = lines.fresh_blocks(), "stdin read");
-        tracing::debug!(lines = sent, fresh_blocks = lines.fresh_blocks(), "stdin read");
     }
     producer.flush(Duration::from_secs(120)).await.context("flushing")?;
     for f in pending {
