@@ -495,3 +495,57 @@ async fn stale_leadership_errors_refresh_metadata_and_the_fetch_resumes() {
         );
     }
 }
+
+/// A broker that answers, for a moment, with records at or past the bound
+/// it reports in the same answer (seen from Kafka 4.4 under read_committed:
+/// records past the answer's last stable offset for well under 100 ms):
+/// the consumer fetches again within milliseconds, not after the whole wait
+/// it asked for (it used to wait ~`max_wait`, a ~100 ms latency stall).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_past_the_answers_bound_are_fetched_again_soon() {
+    let rounds = Arc::new(Mutex::new(0usize));
+    let r = rounds.clone();
+    let answer = Box::new(move |req: &FetchRequest| {
+        let round = {
+            let mut n = r.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        // The first two answers hold the last batch (36..40) but report
+        // the bound at 36; from the third on, at 40.
+        let hwm = if round <= 2 { LOG_LEN - 4 } else { LOG_LEN };
+        let mut resp = FetchResponse::default();
+        for t in &req.topics {
+            for p in &t.partitions {
+                resp.responses
+                    .push(entry(TOPIC, p.partition, 0, hwm, log_from(LOG_LEN - 4)));
+            }
+        }
+        resp
+    });
+    let cluster = fetch_peer::start(TOPIC, 1, answer).await;
+    let mut consumer = Consumer::new(
+        cluster,
+        ConsumerConfig::default().with_max_wait(Duration::from_millis(500)),
+    );
+    consumer.assign(&[TopicPartition::new(TOPIC, 0)]);
+    consumer.seek(TOPIC, 0, Offset::At(LOG_LEN - 4)).await.unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "only {} of 4 records",
+            got.len()
+        );
+        got.extend(consumer.poll(Duration::from_millis(500)).await.unwrap());
+    }
+    let took = started.elapsed();
+    let offsets: Vec<i64> = got.iter().map(|r| r.record.offset).collect();
+    assert_eq!(offsets, vec![36, 37, 38, 39]);
+    assert!(*rounds.lock().unwrap() >= 3);
+    assert!(
+        took < Duration::from_millis(200),
+        "the records took {took:?}: the consumer waited out its fetch wait after an answer past its bound"
+    );
+}

@@ -329,6 +329,9 @@ fn wire_bytes(v: usize) -> i32 {
 #[derive(Debug)]
 struct BrokerPace {
     not_before: Option<Instant>,
+    /// The pause after the last answer whose records were all at or past
+    /// its own bound (doubling while that lasts; `None` after a usable one).
+    stalled_wait: Option<Duration>,
     /// In a mutex only so that the consumer is `Sync` (its jitter source
     /// is `Send` but not `Sync`); never contended.
     backoff: std::sync::Mutex<Backoff>,
@@ -1275,6 +1278,7 @@ impl Consumer {
         let backoff = self.cluster.backoff();
         self.pace.entry(broker).or_insert_with(|| BrokerPace {
             not_before: None,
+            stalled_wait: None,
             backoff: std::sync::Mutex::new(backoff),
         })
     }
@@ -1355,6 +1359,17 @@ impl Consumer {
         let mut not_before = now + throttle;
         if retriable_error {
             not_before = not_before.max(now + pace.next_delay());
+        } else if fruitless && outcome.buffered > 0 {
+            // Records came, but none could be handed over (at or past the
+            // bound the answer itself reports: Kafka does that for a
+            // moment under read_committed; or below the position): ask
+            // again after 1 ms, doubling up to the wait asked while it
+            // lasts, rather than after the whole wait (a ~max_wait stall).
+            let wait = pace.stalled_wait.map_or(Duration::from_millis(1), |w| {
+                (w * 2).min(asked.max(Duration::from_millis(1)))
+            });
+            pace.stalled_wait = Some(wait);
+            not_before = not_before.max(now + wait);
         } else if fruitless {
             // Nothing usable: no sooner than the wait we asked the broker
             // for (a broker that long-polled as asked costs no extra wait;
@@ -1362,6 +1377,7 @@ impl Consumer {
             not_before = not_before.max(sent + asked);
         } else {
             pace.backoff = std::sync::Mutex::new(fresh);
+            pace.stalled_wait = None;
         }
         pace.not_before = (not_before > now).then_some(not_before);
     }
