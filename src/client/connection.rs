@@ -36,6 +36,7 @@ use clink_kafka_wire::codec::DecodeResponse;
 use clink_kafka_wire::frame::{self, FrameDecoder, ResponseFrame};
 use clink_kafka_wire::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::messages::FrameParts;
 use clink_kafka_wire::protocol::{api_versions_retry_version, ApiRequest, BrokerVersions};
 use clink_kafka_wire::KafkaCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -152,11 +153,42 @@ struct Command {
     correlation_id: i32,
     api: &'static str,
     version: i16,
-    frame: Bytes,
+    frame: Frame,
     reply: Option<oneshot::Sender<Result<Bytes>>>,
     /// For a request without an answer: told once the frame is written, so
     /// the caller can bound what is queued (acks=0 produce).
     written: Option<oneshot::Sender<Result<Bytes>>>,
+}
+
+/// The bytes of one request frame: one buffer, or parts written with
+/// vectored writes (a Produce request's batches, uncopied).
+enum Frame {
+    Whole(Bytes),
+    Parts(FrameParts),
+}
+
+impl Frame {
+    fn len(&self) -> usize {
+        match self {
+            Frame::Whole(b) => b.len(),
+            Frame::Parts(p) => p.len(),
+        }
+    }
+}
+
+/// Writes every byte of `parts`, in order, with as few (vectored) writes as
+/// the writer takes.
+async fn write_all_parts<W: AsyncWrite + Unpin>(wr: &mut W, parts: &[Bytes]) -> std::io::Result<()> {
+    let mut slices: Vec<std::io::IoSlice<'_>> = parts.iter().map(|p| std::io::IoSlice::new(p)).collect();
+    let mut rest: &mut [std::io::IoSlice<'_>] = &mut slices;
+    while !rest.is_empty() {
+        let n = wr.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
 }
 
 /// A request written and waiting for its response.
@@ -508,6 +540,7 @@ impl BrokerConnection {
     /// for its answer. Requests started one after another on a connection
     /// reach the broker in that order (the producer relies on it for the
     /// order of a partition's batches).
+    #[cfg(test)]
     pub(crate) fn start_request<R: ApiRequest>(&self, version: i16, body: &R) -> Result<PendingResponse<R>> {
         let (correlation_id, frame) = self.encode(version, body)?;
         let (tx, rx) = oneshot::channel();
@@ -528,36 +561,63 @@ impl BrokerConnection {
         })
     }
 
-    /// Queues `body` at `version` now for a request the broker never answers;
-    /// the returned receiver resolves once the frame is written to the
-    /// socket (or the connection fails).
-    pub(crate) fn start_unanswered<R: ApiRequest>(
+    fn encode<R: ApiRequest>(&self, version: i16, body: &R) -> Result<(i32, Frame)> {
+        self.encode_with(R::NAME, |correlation_id, client_id| {
+            let mut buf = BytesMut::with_capacity(256);
+            frame::encode_request(&mut buf, correlation_id, client_id, version, body)?;
+            Ok(Frame::Whole(buf.freeze()))
+        })
+    }
+
+    /// Gives `encode` the next correlation id and the client id.
+    fn encode_with(
+        &self,
+        api: &'static str,
+        encode: impl FnOnce(i32, Option<&str>) -> clink_kafka_wire::Result<Frame>,
+    ) -> Result<(i32, Frame)> {
+        if let Some(e) = self.shared.fatal.get() {
+            return Err(e.clone());
+        }
+        let correlation_id = self.shared.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let frame = encode(correlation_id, Some(&self.shared.client_id)).map_err(|e| self.protocol_error(api, e))?;
+        Ok((correlation_id, frame))
+    }
+
+    /// Queues the request frame `encode` writes (given the correlation id
+    /// and client id) in parts, and returns the wait for its answer; when
+    /// the broker sends none (`answered` false: Produce with acks=0), a
+    /// receiver that resolves once the frame is written to the socket (or
+    /// the connection fails). Requests started one after another on a
+    /// connection reach the broker in that order (the producer relies on it
+    /// for the order of a partition's batches).
+    pub(crate) fn start_request_parts<R: ApiRequest>(
         &self,
         version: i16,
-        body: &R,
-    ) -> Result<oneshot::Receiver<Result<Bytes>>> {
-        let (correlation_id, frame) = self.encode(version, body)?;
+        answered: bool,
+        encode: impl FnOnce(i32, Option<&str>) -> clink_kafka_wire::Result<FrameParts>,
+    ) -> Result<StartedParts<R>> {
+        let (correlation_id, frame) = self.encode_with(R::NAME, |c, id| encode(c, id).map(Frame::Parts))?;
         let (tx, rx) = oneshot::channel();
+        let (reply, written) = if answered { (Some(tx), None) } else { (None, Some(tx)) };
         self.enqueue(Command {
             correlation_id,
             api: R::NAME,
             version,
             frame,
-            reply: None,
-            written: Some(tx),
+            reply,
+            written,
         })?;
-        Ok(rx)
-    }
-
-    fn encode<R: ApiRequest>(&self, version: i16, body: &R) -> Result<(i32, Bytes)> {
-        if let Some(e) = self.shared.fatal.get() {
-            return Err(e.clone());
-        }
-        let correlation_id = self.shared.next_correlation_id.fetch_add(1, Ordering::Relaxed);
-        let mut buf = BytesMut::with_capacity(256);
-        frame::encode_request(&mut buf, correlation_id, Some(&self.shared.client_id), version, body)
-            .map_err(|e| self.protocol_error(R::NAME, e))?;
-        Ok((correlation_id, buf.freeze()))
+        Ok(if answered {
+            StartedParts::Answered(PendingResponse {
+                conn: self.clone(),
+                rx,
+                correlation_id,
+                version,
+                _r: std::marker::PhantomData,
+            })
+        } else {
+            StartedParts::Unanswered(rx)
+        })
     }
 
     fn enqueue(&self, command: Command) -> Result<()> {
@@ -570,7 +630,7 @@ impl BrokerConnection {
         self.shared.commands.send(command).map_err(|_| self.closed_error())
     }
 
-    async fn round_trip(&self, api: &'static str, version: i16, correlation_id: i32, frame: Bytes) -> Result<Bytes> {
+    async fn round_trip(&self, api: &'static str, version: i16, correlation_id: i32, frame: Frame) -> Result<Bytes> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(Command {
             correlation_id,
@@ -698,10 +758,17 @@ impl BrokerConnection {
     }
 }
 
-/// A request queued by [`BrokerConnection::start_request`]; [`wait`]
+/// A request queued by [`BrokerConnection::start_request_parts`]; [`wait`]
 /// its answer (bounded by the request timeout, as `request_at`).
 ///
 /// [`wait`]: PendingResponse::wait
+/// What [`BrokerConnection::start_request_parts`] started: the wait for an
+/// answer, or (no answer coming) the news that the frame is written.
+pub(crate) enum StartedParts<R: ApiRequest> {
+    Answered(PendingResponse<R>),
+    Unanswered(oneshot::Receiver<Result<Bytes>>),
+}
+
 pub(crate) struct PendingResponse<R: ApiRequest> {
     conn: BrokerConnection,
     rx: oneshot::Receiver<Result<Bytes>>,
@@ -1040,7 +1107,11 @@ impl Driver {
                     tracing::trace!(broker = %self.broker, api = c.api, version = c.version,
                         correlation_id = c.correlation_id, bytes = c.frame.len(), "write");
                 }
-                wr.write_all(&c.frame).await.map_err(|e| self.io_error(e))?;
+                match &c.frame {
+                    Frame::Whole(b) => wr.write_all(b).await,
+                    Frame::Parts(p) => write_all_parts(&mut wr, p.parts()).await,
+                }
+                .map_err(|e| self.io_error(e))?;
                 if let Some(written) = c.written {
                     pending_written.push(written);
                 }

@@ -28,15 +28,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use clink_kafka_wire::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use clink_kafka_wire::kafka_protocol::messages::{ProduceRequest, TopicName, TransactionalId};
-use clink_kafka_wire::kafka_protocol::protocol::StrBytes;
+use clink_kafka_wire::kafka_protocol::messages::ProduceRequest;
+use clink_kafka_wire::messages::{encode_produce_request, ProduceTopic};
 use clink_kafka_wire::produce_state::{self, BatchOutcome, SentBatch};
 use clink_kafka_wire::record::{BatchMeta, HeaderOut, RecordBatchEncoder, RecordOut};
 use clink_kafka_wire::KafkaCode;
 
 use super::cluster::{ConnectionRole, Metadata};
-use super::connection::BrokerConnection;
+use super::connection::{BrokerConnection, StartedParts};
 use super::producer::{
     increment_sequence, Acks, Batch, Body, PartitionQueue, PendingRecord, Shared, PRODUCE_MAX_VERSION,
 };
@@ -496,7 +495,6 @@ async fn send_request(
         .txn
         .as_ref()
         .map_or(PRODUCE_MAX_VERSION, |t| t.produce_max_version);
-    let request = build_request(shared, &ready);
     let version = conn.version_for::<ProduceRequest>(Some(cap.min(PRODUCE_MAX_VERSION)));
     let broker = conn.broker().clone();
     let fail_all = |ready: Vec<(usize, Batch)>, e: Error| -> Vec<(usize, Batch, Outcome)> {
@@ -522,48 +520,60 @@ async fn send_request(
         }
     };
     let shared = shared.clone();
-    if shared.config.acks == Acks::None {
-        let written = match conn.start_unanswered(version, &request) {
-            Ok(rx) => rx,
-            Err(e) => {
-                apply(&shared, Some(node), fail_all(ready, e), None).await;
-                return;
-            }
-        };
-        drop(request);
-        // The batches (and their buffer space) are held until the frame is
-        // written: a slow broker fills `buffer_memory` and `send` waits.
-        tokio::spawn(async move {
-            let outcome = match written.await {
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => Some(e),
-                Err(_) => Some(Error::ConnectionClosed { broker: broker.clone() }),
-            };
-            let results = ready
-                .into_iter()
-                .map(|(qi, b)| {
-                    let o = match &outcome {
-                        None => Outcome::Written,
-                        Some(e) => Outcome::Failed {
-                            error: e.clone(),
-                            maybe_written: true,
-                        },
-                    };
-                    (qi, b, o)
-                })
-                .collect();
-            apply(&shared, Some(node), results, Some(&broker)).await;
-        });
-        return;
-    }
-    let pending = match conn.start_request(version, &request) {
-        Ok(p) => p,
+    let started = {
+        let topics = request_topics(&ready);
+        let transactional_id = shared.txn.as_ref().map(|t| t.transactional_id.as_str());
+        let acks = shared.config.acks.wire();
+        let timeout_ms = shared.config.ack_timeout.as_millis().min(i32::MAX as u128) as i32;
+        conn.start_request_parts::<ProduceRequest>(
+            version,
+            shared.config.acks != Acks::None,
+            |correlation_id, client_id| {
+                encode_produce_request(
+                    correlation_id,
+                    client_id,
+                    version,
+                    transactional_id,
+                    acks,
+                    timeout_ms,
+                    &topics,
+                )
+            },
+        )
+    };
+    let pending = match started {
+        Ok(StartedParts::Answered(p)) => p,
+        Ok(StartedParts::Unanswered(written)) => {
+            // The batches (and their buffer space) are held until the frame is
+            // written: a slow broker fills `buffer_memory` and `send` waits.
+            tokio::spawn(async move {
+                let outcome = match written.await {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(_) => Some(Error::ConnectionClosed { broker: broker.clone() }),
+                };
+                let results = ready
+                    .into_iter()
+                    .map(|(qi, b)| {
+                        let o = match &outcome {
+                            None => Outcome::Written,
+                            Some(e) => Outcome::Failed {
+                                error: e.clone(),
+                                maybe_written: true,
+                            },
+                        };
+                        (qi, b, o)
+                    })
+                    .collect();
+                apply(&shared, Some(node), results, Some(&broker)).await;
+            });
+            return;
+        }
         Err(e) => {
             apply(&shared, Some(node), fail_all(ready, e), None).await;
             return;
         }
     };
-    drop(request);
     tokio::spawn(async move {
         let results: Vec<(usize, Batch, Outcome)> = match pending.wait().await {
             Ok(response) => {
@@ -605,39 +615,27 @@ async fn send_request(
     });
 }
 
-fn build_request(shared: &Shared, ready: &[(usize, Batch)]) -> ProduceRequest {
-    let mut topics: Vec<TopicProduceData> = Vec::new();
-    let mut last: Option<&str> = None;
-    // Batches of one topic are adjacent when partitions were created together;
-    // a linear search keeps the rest right.
+/// The request's topics, each with its partitions' batches, in the order
+/// of `ready` (batches of one topic are adjacent when partitions were
+/// created together; a linear search keeps the rest right).
+fn request_topics(ready: &[(usize, Batch)]) -> Vec<ProduceTopic<'_>> {
+    let mut topics: Vec<ProduceTopic<'_>> = Vec::new();
     for (_, b) in ready {
         let c = &b.completion.0;
         let Body::Encoded(bytes) = &b.body else { continue };
-        let mut p = PartitionProduceData::default();
-        p.index = c.partition();
-        p.records = Some(bytes.clone());
-        let idx = if last == Some(c.topic()) {
-            topics.len() - 1
-        } else if let Some(i) = topics.iter().position(|t| t.name.0.as_str() == c.topic()) {
-            i
-        } else {
-            let mut t = TopicProduceData::default();
-            t.name = TopicName(StrBytes::from_string(c.topic().to_owned()));
-            topics.push(t);
-            topics.len() - 1
+        let idx = match topics.iter().rposition(|t| t.name == c.topic()) {
+            Some(i) => i,
+            None => {
+                topics.push(ProduceTopic {
+                    name: c.topic(),
+                    partitions: Vec::new(),
+                });
+                topics.len() - 1
+            }
         };
-        last = Some(c.topic());
-        topics[idx].partition_data.push(p);
+        topics[idx].partitions.push((c.partition(), bytes.clone()));
     }
-    let mut request = ProduceRequest::default();
-    request.transactional_id = shared
-        .txn
-        .as_ref()
-        .map(|t| TransactionalId(StrBytes::from_string(t.transactional_id.clone())));
-    request.acks = shared.config.acks.wire();
-    request.timeout_ms = shared.config.ack_timeout.as_millis().min(i32::MAX as u128) as i32;
-    request.topic_data = topics;
-    request
+    topics
 }
 
 /// Applies the outcomes of one request's batches: completes, requeues or

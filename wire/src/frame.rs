@@ -111,6 +111,35 @@ pub fn response_header_version(api: ApiKey, version: i16) -> i16 {
     }
 }
 
+/// Appends a request header (v1, or v2 with its empty tagged fields when
+/// `api` at `version` is flexible) to `out`.
+pub fn put_request_header(
+    out: &mut impl BufMut,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client_id: Option<&str>,
+) -> Result<()> {
+    out.put_i16(api as i16);
+    out.put_i16(version);
+    out.put_i32(correlation_id);
+    match client_id {
+        None => out.put_i16(-1),
+        Some(id) => {
+            let len = i16::try_from(id.len()).map_err(|_| Error::Invalid {
+                context: "client_id",
+                message: format!("{} bytes is longer than the protocol allows (32767)", id.len()),
+            })?;
+            out.put_i16(len);
+            out.put_slice(id.as_bytes());
+        }
+    }
+    if request_header_version(api, version) >= 2 {
+        out.put_u8(0); // no tagged fields
+    }
+    Ok(())
+}
+
 /// Appends one whole request frame (size prefix, header, body) to `out`.
 ///
 /// The same arguments always give the same bytes, so a retry re-sends exactly
@@ -136,23 +165,7 @@ pub fn encode_request<R: ApiRequest>(
     );
     let start = out.len();
     out.put_i32(0); // patched below
-    out.put_i16(R::KEY as i16);
-    out.put_i16(version);
-    out.put_i32(correlation_id);
-    match client_id {
-        None => out.put_i16(-1),
-        Some(id) => {
-            let len = i16::try_from(id.len()).map_err(|_| Error::Invalid {
-                context: "client_id",
-                message: format!("{} bytes is longer than the protocol allows (32767)", id.len()),
-            })?;
-            out.put_i16(len);
-            out.put_slice(id.as_bytes());
-        }
-    }
-    if request_header_version(R::KEY, version) >= 2 {
-        out.put_u8(0); // no tagged fields
-    }
+    put_request_header(out, R::KEY, version, correlation_id, client_id)?;
     body.encode(out, version).map_err(|e| Error::Encode {
         api: R::NAME,
         version,

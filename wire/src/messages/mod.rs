@@ -1,6 +1,7 @@
 //! Bounded decoders for the responses the client reads, into `kafka-protocol`'s
 //! generated types. Requests are encoded with `kafka-protocol` itself (we
-//! control those inputs); responses come from the network and are decoded here
+//! control those inputs), but for Produce, whose batches go into the frame
+//! uncopied ([`encode_produce_request`]); responses come from the network and are decoded here
 //! with [`crate::codec::Reader`], which bounds every length before allocating.
 //!
 //! Field layouts follow the Kafka message schemas
@@ -28,6 +29,7 @@ mod offset_commit;
 mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod produce_request;
 mod sasl_authenticate;
 mod sasl_handshake;
 mod txn_offset_commit;
@@ -51,3 +53,6 @@ pub(crate) fn no_tags(
 }
 
 pub use init_producer_id::{InitProducerIdTwoPhaseRequest, TWO_PHASE_COMMIT_VERSION};
+pub use produce_request::{
+    encode_produce_request, FrameParts, ProduceTopic, PRODUCE_REQUEST_MAX_VERSION, PRODUCE_REQUEST_MIN_VERSION,
+};
