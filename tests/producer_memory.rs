@@ -4,8 +4,8 @@
 //! waiting (it blocks when the buffer is full), the producer's accounted
 //! bytes never pass `buffer_memory`, and the heap, measured by a counting
 //! global allocator (this binary's own, so one test runs the scenarios in
-//! turn), grows by at most about twice that (a batch and the request frame
-//! holding its copy while it is being written) plus a fixed slack.
+//! turn), grows by at most about twice that plus a fixed slack. And a
+//! producer encodes its batches into the buffers of completed ones.
 
 #[path = "producer_support/broker.rs"]
 mod broker;
@@ -24,7 +24,16 @@ struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+/// Allocations of at least [`LARGE`] bytes (growths by `realloc` included).
+static LARGE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+const LARGE: usize = 8 * 1024;
+/// The tests of this binary share the counters: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn added(n: usize) {
+    if n >= LARGE {
+        LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
     let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
@@ -135,6 +144,7 @@ async fn scenario(acks: Acks, idempotent: bool, mode: ProduceMode) -> Measured {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_broker_keeps_the_producer_within_buffer_memory() {
+    let _serial = SERIAL.lock().await;
     for (acks, idempotent, mode) in [
         (Acks::None, false, ProduceMode::StopReading),
         (Acks::All, false, ProduceMode::NeverAnswer),
@@ -154,4 +164,48 @@ async fn a_slow_broker_keeps_the_producer_within_buffer_memory() {
             m.heap_growth
         );
     }
+}
+
+/// Each Produce request takes one large allocation on the (in-process)
+/// broker's side, to read it; the producer's own batches reuse the buffers
+/// of completed ones (a fresh buffer per batch would double the count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_encoded_into_the_buffers_of_completed_ones() {
+    let _serial = SERIAL.lock().await;
+    // acks=0: a batch is complete once written, the broker reads all.
+    let broker = broker::start(1, ProduceMode::NeverAnswer, false).await;
+    let cluster = Cluster::connect(ClientConfig::new(&broker.addr))
+        .await
+        .expect("connect");
+    let producer = Producer::new(
+        cluster,
+        ProducerConfig::default()
+            .with_acks(Acks::None)
+            .with_idempotent(false)
+            .with_batch_size(32 * 1024)
+            .with_linger(Duration::from_millis(1)),
+    )
+    .await
+    .expect("producer");
+    let value = Bytes::from(vec![b'x'; 1000]);
+    drop(producer.send(ProducerRecord::new(TOPIC, value.clone())).await.unwrap());
+    producer.flush(Duration::from_secs(10)).await.unwrap();
+    let (allocations, requests) = (
+        LARGE_ALLOCATIONS.load(Ordering::Relaxed),
+        broker.produce_requests.load(Ordering::SeqCst),
+    );
+    for _ in 0..200 {
+        for _ in 0..40 {
+            drop(producer.send(ProducerRecord::new(TOPIC, value.clone())).await.unwrap());
+        }
+        producer.flush(Duration::from_secs(10)).await.unwrap();
+    }
+    let allocations = LARGE_ALLOCATIONS.load(Ordering::Relaxed) - allocations;
+    let requests = broker.produce_requests.load(Ordering::SeqCst) - requests;
+    eprintln!("{requests} Produce requests, {allocations} allocations of {LARGE} B or more");
+    assert!(requests >= 200, "{requests} requests");
+    assert!(
+        allocations <= requests + requests / 4 + 16,
+        "{allocations} large allocations for {requests} requests: batches do not reuse buffers"
+    );
 }

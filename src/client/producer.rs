@@ -778,7 +778,16 @@ pub(crate) struct Shared {
     pub(crate) memory_used: AtomicUsize,
     /// Records acknowledged, batches failed (`crate::metrics`).
     pub(crate) metrics: super::metrics::ProducerMetrics,
+    /// Buffers of completed batches, encoded into again (at most
+    /// [`BATCH_BUFFERS_KEPT`], each no larger than 4 × `batch_size`: a
+    /// buffer grows by doubling when a batch outgrows it, and only the
+    /// pages a batch writes are touched), so
+    /// that the sender does not fault in fresh pages for every batch.
+    pub(crate) batch_buffers: Mutex<Vec<bytes::BytesMut>>,
 }
+
+/// How many buffers of completed batches a producer keeps for new ones.
+pub(crate) const BATCH_BUFFERS_KEPT: usize = 8;
 
 /// A Kafka producer. `send` takes `&self`; share it with an `Arc`. Dropping
 /// it closes it: buffered records are still delivered by the background
@@ -905,6 +914,7 @@ impl Producer {
             fatal: OnceLock::new(),
             memory: Semaphore::new(permits),
             memory_used: AtomicUsize::new(0),
+            batch_buffers: Mutex::new(Vec::new()),
             config,
         });
         tokio::spawn(super::sender::run(shared.clone()));
@@ -1172,6 +1182,32 @@ impl Drop for Producer {
 }
 
 impl Shared {
+    /// An empty buffer to encode a batch into: a completed batch's, when
+    /// one is kept.
+    pub(crate) fn batch_buffer(&self) -> bytes::BytesMut {
+        self.batch_buffers
+            .lock()
+            .expect("batch buffers lock")
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Keeps a completed batch's buffer for a new batch, when nothing else
+    /// holds it (a retried request's frame, say), it is not oversized
+    /// (a batch of one large record, say), and fewer than
+    /// [`BATCH_BUFFERS_KEPT`] are kept.
+    pub(crate) fn recycle_batch_buffer(&self, batch: Bytes) {
+        let Ok(mut buffer) = batch.try_into_mut() else { return };
+        if buffer.capacity() > self.config.batch_size.saturating_mul(4) {
+            return;
+        }
+        let mut kept = self.batch_buffers.lock().expect("batch buffers lock");
+        if kept.len() < BATCH_BUFFERS_KEPT {
+            buffer.clear();
+            kept.push(buffer);
+        }
+    }
+
     fn memory_limit(&self) -> usize {
         self.config
             .buffer_memory

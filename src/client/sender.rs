@@ -387,9 +387,10 @@ fn encode(shared: &Shared, records: &[PendingRecord], base_sequence: i32) -> Res
         meta.base_sequence = base_sequence;
     }
     meta.transactional = shared.txn.is_some();
-    // Empty: the encoder reserves what the batch needs itself (a guess made
-    // here would be reallocated, copying it, whenever it fell short).
-    let mut out = BytesMut::new();
+    // Empty (a completed batch's buffer when one is kept): the encoder
+    // reserves what the batch needs itself (a guess made here would be
+    // reallocated, copying it, whenever it fell short).
+    let mut out = shared.batch_buffer();
     ENCODER
         .with(|e| e.borrow_mut().encode(&mut out, &meta, &out_records))
         .map_err(|e| Error::Protocol {
@@ -802,6 +803,9 @@ async fn apply(
             shared.metrics.acknowledged(b.count as usize);
         }
         shared.complete(&b.completion, b.permits, r);
+        if let Body::Encoded(bytes) = b.body {
+            shared.recycle_batch_buffer(bytes);
+        }
     }
     shared.wake.notify_one();
     spawn_refresh(shared, refresh);
