@@ -165,3 +165,60 @@ async fn an_idempotent_producer_fails_on_an_answer_it_cannot_trust() {
     let again = producer.send(ProducerRecord::new(TOPIC, "c")).await.unwrap_err();
     assert!(matches!(again, Error::ProducerFailed { .. }), "{again:?}");
 }
+
+/// A request of more partitions than one `writev` takes (IOV_MAX, 1024
+/// parts: each batch is a part of its own between the request's bytes)
+/// still reaches the broker whole: it decodes it and every record gets
+/// its partition's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_of_more_parts_than_one_writev_takes_arrives_whole() {
+    const PARTITIONS: i32 = 700;
+    let script = |request: &ProduceRequest| {
+        let entries = request
+            .topic_data
+            .iter()
+            .flat_map(|t| {
+                t.partition_data
+                    .iter()
+                    .map(|p| entry(p.index, 0, i64::from(p.index) * 10))
+            })
+            .collect();
+        answer(vec![(TOPIC, entries)])
+    };
+    let broker = broker::start(PARTITIONS, ProduceMode::Answer(Arc::new(script)), false).await;
+    let producer = Producer::new(cluster(&broker.addr).await, plain())
+        .await
+        .expect("producer");
+    let mut futures = Vec::new();
+    for p in 0..PARTITIONS {
+        let r = ProducerRecord::new(TOPIC, format!("value of partition {p}")).with_partition(p);
+        futures.push(producer.send(r).await.expect("queued"));
+    }
+    tokio::time::timeout(Duration::from_secs(20), producer.flush(Duration::from_secs(15)))
+        .await
+        .expect("flushed in time")
+        .expect("flush");
+    for (p, f) in futures.into_iter().enumerate() {
+        let delivered = tokio::time::timeout(Duration::from_secs(10), f)
+            .await
+            .expect("completed")
+            .expect("delivered");
+        assert_eq!(delivered.offset, p as i64 * 10, "partition {p}");
+    }
+    let requests = broker.requests.lock().unwrap();
+    let carried: usize = requests
+        .iter()
+        .flat_map(|r| r.topic_data.iter())
+        .map(|t| t.partition_data.len())
+        .sum();
+    assert_eq!(carried, PARTITIONS as usize);
+    let widest = requests
+        .iter()
+        .map(|r| r.topic_data.iter().map(|t| t.partition_data.len()).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        widest > 512,
+        "the widest request carried {widest} partitions: too few to need two writev calls"
+    );
+}
