@@ -14,6 +14,13 @@
 //! credentials are [`Secret`]s: never in `Debug`, never logged; the header
 //! value exists only while a request is written.
 //!
+//! Resending: a request the registry left wholly unanswered (the
+//! connection refused, or closed or reset before a single byte of answer)
+//! is sent once more on a fresh connection after [`RESEND_PAUSE`], when
+//! it is safe to send twice (GETs, and registration: idempotent in the
+//! Confluent API; the reasoning is at the private `Resend`). A partial
+//! answer is never resent for: the registry may have acted on the request.
+//!
 //! Cancel safety: the async methods are cancel safe in the sense that a
 //! dropped call leaves the caches as they were (an answer is cached only
 //! once complete); the request may or may not have reached the registry.
@@ -22,12 +29,16 @@ pub mod http;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::client::tls::{TlsConfig, TlsConnector};
@@ -36,6 +47,39 @@ use crate::wire::secret::Secret;
 
 /// The largest registry answer read (a schema text and its JSON envelope).
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The pause before the one resend of a request the registry left
+/// unanswered (a registry restarting, or shedding a burst of connections,
+/// may close fresh ones without a word: CI saw Apicurio do so).
+pub const RESEND_PAUSE: Duration = Duration::from_millis(50);
+
+/// Whether a request may be sent a second time when the registry closed
+/// (or refused, or reset) its connection before answering a single byte.
+///
+/// Nothing received does not prove nothing was done: the registry may have
+/// acted on the request and died before answering. So only requests whose
+/// second delivery has the effect of one are resent:
+/// - `GET` (a schema by id, a subject version): reads.
+/// - `POST /subjects/{subject}/versions` (registration): idempotent in the
+///   Confluent API that Confluent's registry and Apicurio's `ccompat` both
+///   serve: posting a schema the subject already holds answers that
+///   schema's existing id and adds no version (a lookup, not a second
+///   registration), and [`SchemaRegistryClient::register`] relies on that
+///   already. So a registration the first attempt did make is found by the
+///   resend, which answers the same id; one it did not make is made.
+///
+/// Anything else (a future `DELETE`, a config `PUT`) must say `Never`
+/// unless its second delivery is shown harmless. A partial answer, even
+/// one header byte, is never resent for: the request was read and may have
+/// been acted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resend {
+    /// Safe to send twice: resent once when left wholly unanswered.
+    Once,
+    /// Sent once only, whatever happens.
+    #[allow(dead_code)] // every request the client makes today is `Once`; kept for the next one
+    Never,
+}
 
 /// The schema languages of the Confluent API (`schemaType`; absent = Avro).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,7 +140,8 @@ pub struct RegistryConfig {
     pub auth: RegistryAuth,
     /// TLS settings for an `https` URL (`ca_file`: a private CA).
     pub tls: TlsConfig,
-    /// Bound on one request: connect, TLS, write and read.
+    /// Bound on one request: connect, TLS, write and read (and the pause
+    /// and second attempt when an unanswered request is resent).
     pub timeout: Duration,
 }
 
@@ -314,7 +359,8 @@ impl SchemaRegistryClient {
         &self.config.url
     }
 
-    /// HTTP requests sent so far (the caches' effect is visible here).
+    /// Requests made so far (the caches' effect is visible here); a resend
+    /// of a request the registry left unanswered is not counted again.
     pub fn requests(&self) -> u64 {
         self.requests
     }
@@ -325,7 +371,9 @@ impl SchemaRegistryClient {
             return Ok(s.clone());
         }
         let what = format!("schema id {id}");
-        let v = self.call("GET", &format!("/schemas/ids/{id}"), None, &what).await?;
+        let v = self
+            .call("GET", &format!("/schemas/ids/{id}"), None, Resend::Once, &what)
+            .await?;
         let (mut s, refs) = schema_from(&v, Some(id), &self.config.url, &what)?;
         s.resolved_references = self.resolve_references(refs, &what).await?;
         let s = Arc::new(s);
@@ -338,7 +386,7 @@ impl SchemaRegistryClient {
     pub async fn latest(&mut self, subject: &str) -> Result<Arc<RegisteredSchema>, RegistryError> {
         let what = format!("subject {subject:?}");
         let path = format!("/subjects/{}/versions/latest", http::encode_segment(subject));
-        match self.call("GET", &path, None, &what).await {
+        match self.call("GET", &path, None, Resend::Once, &what).await {
             Ok(v) => {
                 let (mut s, refs) = schema_from(&v, None, &self.config.url, &what)?;
                 s.resolved_references = self.resolve_references(refs, &what).await?;
@@ -372,7 +420,8 @@ impl SchemaRegistryClient {
         }
         let path = format!("/subjects/{}/versions", http::encode_segment(subject));
         let v = self
-            .call("POST", &path, Some(body.to_string().as_bytes()), &what)
+            // Resend::Once: registration is idempotent (see `Resend`).
+            .call("POST", &path, Some(body.to_string().as_bytes()), Resend::Once, &what)
             .await?;
         let id = json_id(&v).ok_or_else(|| RegistryError::Garbage {
             url: self.config.url.clone(),
@@ -414,7 +463,7 @@ impl SchemaRegistryClient {
                 r.version.to_string()
             };
             let path = format!("/subjects/{}/versions/{version}", http::encode_segment(&r.subject));
-            let v = self.call("GET", &path, None, &ref_what).await?;
+            let v = self.call("GET", &path, None, Resend::Once, &ref_what).await?;
             let (s, more) = schema_from(&v, Some(0), &self.config.url, &ref_what)?;
             out.push((r.name, s.text));
             refs.extend(more);
@@ -422,12 +471,14 @@ impl SchemaRegistryClient {
         Ok(out)
     }
 
-    /// One request, bounded by the timeout; the answer's JSON on a 2xx.
+    /// One request, bounded by the timeout (its resend included); the
+    /// answer's JSON on a 2xx.
     async fn call(
         &mut self,
         method: &str,
         path: &str,
         body: Option<&[u8]>,
+        resend: Resend,
         what: &str,
     ) -> Result<Value, RegistryError> {
         self.requests += 1;
@@ -438,7 +489,7 @@ impl SchemaRegistryClient {
             reason,
         };
         let timeout = self.config.timeout;
-        let response = match tokio::time::timeout(timeout, self.exchange(method, path, body)).await {
+        let response = match tokio::time::timeout(timeout, self.exchange(method, path, body, resend)).await {
             Err(_) => return Err(unreachable(format!("no answer within {timeout:?}"))),
             Ok(Err(reason)) => return Err(unreachable(reason)),
             Ok(Ok(r)) => r,
@@ -464,7 +515,17 @@ impl SchemaRegistryClient {
         }
     }
 
-    async fn exchange(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<http::Response, String> {
+    /// Sends the request; once more, on a fresh connection after
+    /// [`RESEND_PAUSE`], when `resend` allows and the registry left the
+    /// first attempt wholly unanswered. The reasons never hold the request
+    /// (its `Authorization` header stays in the [`Secret`]).
+    async fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        resend: Resend,
+    ) -> Result<http::Response, String> {
         let full_path = format!("{}{path}", self.endpoint.base_path);
         let authorization = match &self.config.auth {
             RegistryAuth::None => None,
@@ -485,46 +546,174 @@ impl SchemaRegistryClient {
             .map_err(|_| "a request body that is not UTF-8".to_owned())?,
         );
         drop(authorization);
-        let tcp = TcpStream::connect(&self.endpoint.authority)
-            .await
-            .map_err(|e| format!("connecting to {}: {e}", self.endpoint.authority))?;
+        match self.attempt(request.expose().as_bytes()).await {
+            Err(first) if first.unanswered && resend == Resend::Once => {
+                tracing::debug!(url = %self.config.url, method, path, reason = %first.reason,
+                    "schema registry left the request unanswered; resending it once on a fresh connection");
+                tokio::time::sleep(RESEND_PAUSE).await;
+                self.attempt(request.expose().as_bytes()).await.map_err(|second| {
+                    if second.unanswered && second.reason == first.reason {
+                        format!(
+                            "{} (tried twice, on fresh connections {RESEND_PAUSE:?} apart)",
+                            second.reason
+                        )
+                    } else if second.unanswered {
+                        format!(
+                            "{} (tried twice, on fresh connections {RESEND_PAUSE:?} apart; the first: {})",
+                            second.reason, first.reason
+                        )
+                    } else {
+                        second.reason
+                    }
+                })
+            }
+            r => r.map_err(|f| f.reason),
+        }
+    }
+
+    /// One connection, one request, one answer.
+    async fn attempt(&self, request: &[u8]) -> Result<http::Response, Failed> {
+        let tcp = TcpStream::connect(&self.endpoint.authority).await.map_err(|e| Failed {
+            unanswered: peer_closed(&e),
+            reason: format!("connecting to {}: {e}", self.endpoint.authority),
+        })?;
         let _ = tcp.set_nodelay(true);
         match &self.tls {
-            None => round_trip(tcp, request.expose().as_bytes()).await,
+            None => round_trip(tcp, request).await,
             Some(tls) => {
                 let peer = BrokerRef::addr(format!("{}:0", self.endpoint.host));
+                let seen = Arc::new(Seen::default());
+                let watched = Watched {
+                    inner: tcp,
+                    seen: seen.clone(),
+                };
                 let stream = tls
-                    .handshake(&peer, tcp, self.config.timeout)
+                    .handshake(&peer, watched, self.config.timeout)
                     .await
-                    .map_err(|e| e.to_string())?;
-                round_trip(stream, request.expose().as_bytes()).await
+                    .map_err(|e| Failed {
+                        // Closed or reset before the registry sent one handshake byte.
+                        unanswered: seen.closed.load(Ordering::Relaxed) && !seen.received.load(Ordering::Relaxed),
+                        reason: e.to_string(),
+                    })?;
+                round_trip(stream, request).await
             }
         }
     }
 }
 
-async fn round_trip<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, request: &[u8]) -> Result<http::Response, String> {
-    s.write_all(request)
-        .await
-        .map_err(|e| format!("writing the request: {e}"))?;
-    s.flush().await.map_err(|e| format!("writing the request: {e}"))?;
+/// Why one attempt failed.
+struct Failed {
+    reason: String,
+    /// The registry refused, closed or reset the connection without a
+    /// single byte of answer (of the TLS handshake, or of the HTTP answer).
+    unanswered: bool,
+}
+
+/// An I/O error that means the peer refused, closed or reset the connection.
+fn peer_closed(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
+async fn round_trip<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, request: &[u8]) -> Result<http::Response, Failed> {
+    // Nothing has been received while writing.
+    let write_failed = |e: io::Error| Failed {
+        unanswered: peer_closed(&e),
+        reason: format!("writing the request: {e}"),
+    };
+    s.write_all(request).await.map_err(write_failed)?;
+    s.flush().await.map_err(write_failed)?;
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
     loop {
         let n = match s.read(&mut chunk).await {
             Ok(n) => n,
             // A TLS peer that closes without close_notify: what arrived counts.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
-            Err(e) => return Err(format!("reading the answer: {e}")),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => 0,
+            Err(e) => {
+                return Err(Failed {
+                    unanswered: buf.is_empty() && peer_closed(&e),
+                    reason: format!("reading the answer: {e}"),
+                })
+            }
         };
         buf.extend_from_slice(&chunk[..n]);
         let limit = MAX_RESPONSE_BYTES + http::MAX_HEADER_BYTES + 4;
         match http::parse_response(&buf, n == 0, MAX_RESPONSE_BYTES) {
             Ok(Some(r)) => return Ok(r),
-            Ok(None) if buf.len() > limit => return Err(format!("an answer above {limit} bytes")),
+            Ok(None) if buf.len() > limit => {
+                return Err(Failed {
+                    unanswered: false,
+                    reason: format!("an answer above {limit} bytes"),
+                })
+            }
             Ok(None) => {}
-            Err(e) => return Err(format!("not an HTTP answer: {e}")),
+            Err(e) => {
+                return Err(Failed {
+                    // Closed before the first byte of an answer.
+                    unanswered: buf.is_empty() && n == 0,
+                    reason: format!("not an HTTP answer: {e}"),
+                });
+            }
         }
+    }
+}
+
+/// What a [`Watched`] connection has seen of its peer.
+#[derive(Default)]
+struct Seen {
+    /// At least one byte arrived.
+    received: AtomicBool,
+    /// The peer closed or reset the connection.
+    closed: AtomicBool,
+}
+
+/// A connection that notes whether the peer sent anything and whether it
+/// closed or reset it, so that a TLS handshake the registry cut off before
+/// its first byte counts as unanswered (the handshake error alone does not
+/// tell). Reads and writes pass through unchanged.
+struct Watched<S> {
+    inner: S,
+    seen: Arc<Seen>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let (before, room) = (buf.filled().len(), buf.remaining());
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.seen.received.store(true, Ordering::Relaxed),
+            Poll::Ready(Ok(())) if room > 0 => self.seen.closed.store(true, Ordering::Relaxed),
+            Poll::Ready(Err(e)) if peer_closed(e) => self.seen.closed.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Err(e)) = &polled {
+            if peer_closed(e) {
+                self.seen.closed.store(true, Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -600,6 +789,147 @@ fn schema_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::net::TcpListener;
+
+    /// What the scripted registry does with one connection.
+    #[derive(Clone, Copy)]
+    enum Peer {
+        /// Reads the request, then closes without a byte of answer.
+        Close,
+        /// Reads the request, sends these bytes (not a whole answer), closes.
+        Partial(&'static [u8]),
+        /// Reads the request and answers 200 with this JSON body.
+        Answer(&'static str),
+    }
+
+    /// A scripted registry on 127.0.0.1: connection `n` (from 0) gets
+    /// `script(n)` once it has read the request's head (or, when the first
+    /// bytes are not an HTTP request but a TLS ClientHello, those). Its URL
+    /// and the count of connections accepted.
+    async fn scripted_registry(script: fn(usize) -> Peer) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let peer = script(counted.fetch_add(1, Ordering::SeqCst));
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    if !buf[0].is_ascii_uppercase() || buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                match peer {
+                    Peer::Close => {}
+                    Peer::Partial(bytes) => {
+                        let _ = s.write_all(bytes).await;
+                    }
+                    Peer::Answer(body) => {
+                        let r = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = s.write_all(r.as_bytes()).await;
+                    }
+                }
+                drop(s);
+            }
+        });
+        (format!("http://{addr}/apis/ccompat/v7"), accepted)
+    }
+
+    const SCHEMA_43: &str = r#"{"id":43,"schema":"\"string\""}"#;
+
+    fn client(url: &str) -> SchemaRegistryClient {
+        let mut c = RegistryConfig::new(url);
+        c.timeout = Duration::from_secs(5);
+        c.auth = RegistryAuth::Basic {
+            user_info: Secret::new("user:canary-pw"),
+        };
+        SchemaRegistryClient::new(c).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_before_any_answer_is_resent_once_on_a_fresh_one() {
+        // Even connections close unanswered, odd ones answer.
+        let (url, accepted) = scripted_registry(|n| {
+            if n % 2 == 0 {
+                Peer::Close
+            } else {
+                Peer::Answer(SCHEMA_43)
+            }
+        })
+        .await;
+        let mut c = client(&url);
+        let started = tokio::time::Instant::now();
+        let s = c.schema_by_id(43).await.unwrap();
+        assert!(started.elapsed() >= RESEND_PAUSE);
+        assert_eq!((s.id, s.text.as_str()), (43, "\"string\""));
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(c.requests(), 1, "a resend is not a second request");
+        // A registration is idempotent, so it is resent too.
+        assert_eq!(c.register("s-value", SchemaType::Avro, "\"int\"").await.unwrap(), 43);
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_registry_that_never_answers_is_tried_exactly_twice() {
+        let (url, accepted) = scripted_registry(|_| Peer::Close).await;
+        let mut c = client(&url);
+        let e = c.schema_by_id(43).await.unwrap_err();
+        assert!(matches!(e, RegistryError::Unreachable { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("schema id 43") && msg.contains("tried twice"), "{msg}");
+        assert!(!msg.contains("canary") && !msg.contains("dXNlcjpjYW5hcnktcHc"), "{msg}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_partial_answer_is_never_resent_for() {
+        let (url, accepted) = scripted_registry(|n| {
+            if n == 0 {
+                Peer::Partial(b"HTTP/1.1 200 OK\r\nContent-Ty")
+            } else {
+                Peer::Answer(SCHEMA_43)
+            }
+        })
+        .await;
+        let mut c = client(&url);
+        let e = c.schema_by_id(43).await.unwrap_err();
+        assert!(matches!(e, RegistryError::Unreachable { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("closed after 27 bytes") && !msg.contains("tried twice"),
+            "{msg}"
+        );
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_tls_handshake_cut_off_before_any_byte_is_resent_once_and_a_non_tls_answer_is_not() {
+        // The registry reads the ClientHello and closes: resent once.
+        let (url, accepted) = scripted_registry(|_| Peer::Close).await;
+        let mut c = client(&url.replacen("http://", "https://", 1));
+        let e = c.schema_by_id(43).await.unwrap_err();
+        assert!(e.to_string().contains("tried twice"), "{e}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        // A plain-HTTP listener answers the ClientHello with bytes: not resent.
+        let (url, accepted) = scripted_registry(|_| Peer::Partial(b"HTTP/1.1 400 Bad Request\r\n\r\n")).await;
+        let mut c = client(&url.replacen("http://", "https://", 1));
+        let e = c.schema_by_id(43).await.unwrap_err();
+        assert!(!e.to_string().contains("tried twice"), "{e}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn urls() {
