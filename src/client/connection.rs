@@ -103,6 +103,8 @@ impl std::fmt::Debug for BrokerConnection {
 }
 
 struct Shared {
+    /// Unique among this process's connections (see [`BrokerConnection::id`]).
+    id: u64,
     broker: BrokerRef,
     client_id: String,
     request_timeout: Duration,
@@ -332,7 +334,9 @@ impl BrokerConnection {
         let last_activity = Arc::new(Mutex::new(Instant::now()));
         let reauthentications = Arc::new(AtomicU64::new(0));
         let muted_until = Arc::new(Mutex::new(None));
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let shared = Arc::new(Shared {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             broker: broker.clone(),
             client_id: config.client_id.clone(),
             request_timeout: config.request_timeout,
@@ -381,6 +385,13 @@ impl BrokerConnection {
     /// never recovers; open a new one.
     pub fn is_closed(&self) -> bool {
         self.shared.fatal.get().is_some()
+    }
+
+    /// This connection's number, unique within the process (never reused,
+    /// unlike an address): tells whether two handles are one connection
+    /// after either may have been dropped.
+    pub(crate) fn id(&self) -> u64 {
+        self.shared.id
     }
 
     /// How many times this connection has re-authenticated (KIP-368: a

@@ -572,6 +572,9 @@ pub(crate) struct PartitionQueue {
     pub(crate) queue: VecDeque<Batch>,
     /// `order` of the batches in flight, in send order.
     pub(crate) in_flight: VecDeque<u64>,
+    /// The connection ([`BrokerConnection::id`](super::connection::BrokerConnection::id))
+    /// the batches in flight went out on: all of them, always one.
+    pub(crate) in_flight_conn: Option<u64>,
     /// The `order` the next batch takes.
     pub(crate) next_order: u64,
     /// The sequence the next batch to be encoded takes.
@@ -604,6 +607,7 @@ impl PartitionQueue {
             open: None,
             queue: VecDeque::new(),
             in_flight: VecDeque::new(),
+            in_flight_conn: None,
             next_order: 0,
             next_sequence: 0,
             confirmed_next: 0,

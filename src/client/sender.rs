@@ -91,7 +91,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         // The earliest open batch's linger deadline, slept to a tick early.
         let mut linger_deadline: Option<Instant> = None;
         let mut to_fail: Vec<(Batch, Error)> = Vec::new();
-        let mut groups: Vec<(i32, Vec<(usize, Batch)>)> = Vec::new();
+        // Per broker: the connection the batches go out on (`None`: the
+        // connect failed, reported to them) and the batches.
+        #[allow(clippy::type_complexity)]
+        let mut groups: Vec<(i32, Option<BrokerConnection>, Vec<(usize, Batch)>)> = Vec::new();
         let mut refresh: Vec<Arc<str>> = Vec::new();
         let metadata = shared.cluster.metadata();
         let fatal = shared.fatal.get().cloned();
@@ -199,14 +202,27 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 // No connection yet: opened in the background while this
                 // batch waits in its queue (a failed connect is reported by
                 // the attempt that follows it).
-                let connected = conns.get(&node).is_some_and(|c| !c.is_closed());
-                if !connected && !connect_failed.contains_key(&node) {
+                let conn = conns.get(&node).filter(|c| !c.is_closed());
+                if conn.is_none() && !connect_failed.contains_key(&node) {
                     if connecting_to.insert(node) {
                         to_connect.push(node);
                     }
                     continue;
                 }
-                let group = match groups.iter().position(|(n, _)| *n == node) {
+                // A partition's batches in flight are all on one
+                // connection: the broker appends a connection's requests in
+                // the order they were written, and nothing orders two
+                // connections' requests. A batch sent on a new connection
+                // while an earlier one is still out on the old (its failure
+                // not yet applied) could land first: OUT_OF_ORDER_SEQUENCE.
+                // So it waits for the old connection's batches to return
+                // (their answers wake this loop).
+                if let Some(c) = conn {
+                    if !q.in_flight.is_empty() && q.in_flight_conn != Some(c.id()) {
+                        continue;
+                    }
+                }
+                let group = match groups.iter().position(|(n, _, _)| *n == node) {
                     Some(g) => g,
                     None => {
                         let slots = state.broker_in_flight.entry(node).or_insert(0);
@@ -214,7 +230,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                             continue;
                         }
                         *slots += 1;
-                        groups.push((node, Vec::new()));
+                        groups.push((node, conn.cloned(), Vec::new()));
                         groups.len() - 1
                     }
                 };
@@ -224,7 +240,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     q.next_sequence = increment_sequence(q.next_sequence, b.count);
                 }
                 q.in_flight.push_back(b.order);
-                groups[group].1.push((qi, b));
+                q.in_flight_conn = groups[group].1.as_ref().map(BrokerConnection::id);
+                groups[group].2.push((qi, b));
             }
             for (topic, partition) in sealed {
                 if let Some(&t) = state.topics.get(&topic) {
@@ -244,8 +261,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             connecting.spawn(async move { (node, cluster.broker_for(node, ConnectionRole::Produce).await) });
         }
         let sent_any = !groups.is_empty();
-        for (node, batches) in groups {
-            send_request(&shared, &mut conns, &mut connect_failed, node, batches).await;
+        for (node, conn, batches) in groups {
+            send_request(&shared, conn, &mut connect_failed, node, batches).await;
         }
         if closing && shared.outstanding.load(Ordering::Acquire) == 0 {
             break;
@@ -411,7 +428,7 @@ thread_local! {
 /// on `node`'s connection and spawns the wait for its answer.
 async fn send_request(
     shared: &Arc<Shared>,
-    conns: &mut HashMap<i32, BrokerConnection>,
+    conn: Option<BrokerConnection>,
     connect_failed: &mut HashMap<i32, Error>,
     node: i32,
     batches: Vec<(usize, Batch)>,
@@ -455,17 +472,18 @@ async fn send_request(
         }
         ready = kept;
     }
-    let conn = match (connect_failed.remove(&node), conns.get(&node)) {
-        (Some(e), _) => Err(e),
-        (None, Some(c)) if !c.is_closed() => Ok(c.clone()),
-        // Not reached (the loop connects first), but correct all the same.
-        (None, _) => shared
-            .cluster
-            .broker_for(node, ConnectionRole::Produce)
-            .await
-            .inspect(|c| {
-                conns.insert(node, c.clone());
-            }),
+    // The connection the batches were taken for, even if it has closed
+    // since: then the request fails unwritten and the batches are retried
+    // in order once their partitions' earlier batches are back. Never a
+    // fresh connection here, ahead of those earlier batches' retries.
+    let conn = match conn {
+        Some(c) => Ok(c),
+        None => Err(connect_failed.remove(&node).unwrap_or_else(|| Error::ConnectionClosed {
+            broker: BrokerRef {
+                addr: format!("(broker {node}: not connected)"),
+                node_id: Some(node),
+            },
+        })),
     };
     let conn = match conn {
         Ok(c) => c,

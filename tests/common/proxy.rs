@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, MetadataResponse, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, MetadataResponse, ProduceResponse, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -82,6 +82,12 @@ pub struct Proxy {
     pub max_produce_outstanding: Arc<AtomicUsize>,
     /// Produce requests forwarded that expect an answer, in all.
     pub produce_requests: Arc<AtomicUsize>,
+    /// Partitions answered OUT_OF_ORDER_SEQUENCE_NUMBER in Produce
+    /// responses handed to the client whole. An idempotent producer that
+    /// keeps each partition's batches on one connection at a time, in
+    /// sequence order, never gets one (a stale connection's late appends
+    /// only ever make its batches duplicates).
+    pub out_of_order_answers: Arc<AtomicUsize>,
     /// While set, nothing passes either way (a network partition).
     pub partitioned: Arc<AtomicBool>,
     /// While set, each new connection is closed at once, as by a broker
@@ -117,6 +123,7 @@ impl Proxy {
             produce_outstanding: Arc::default(),
             max_produce_outstanding: Arc::default(),
             produce_requests: Arc::default(),
+            out_of_order_answers: Arc::default(),
             partitioned: Arc::default(),
             refusing: Arc::default(),
         };
@@ -125,6 +132,7 @@ impl Proxy {
         let (outstanding, max_outstanding) = (proxy.produce_outstanding.clone(), proxy.max_produce_outstanding.clone());
         let hold = options.hold_produce_responses;
         let produce_requests = proxy.produce_requests.clone();
+        let out_of_order_answers = proxy.out_of_order_answers.clone();
         let (req, resp, accepted, rewritten, cutting) = (
             proxy.cuts_in_request.clone(),
             proxy.cuts_in_response.clone(),
@@ -175,6 +183,7 @@ impl Proxy {
                     outstanding: outstanding.clone(),
                     max_outstanding: max_outstanding.clone(),
                     produce_requests: produce_requests.clone(),
+                    out_of_order_answers: out_of_order_answers.clone(),
                     cutting: cutting.clone(),
                     total_cuts: (req.clone(), resp.clone()),
                     rewritten: rewritten.clone(),
@@ -249,12 +258,13 @@ struct Conn {
     partitioned: Arc<AtomicBool>,
     /// Correlation id → version of Metadata requests in flight.
     metadata: Arc<Mutex<HashMap<i32, i16>>>,
-    /// Correlation ids of Produce requests that expect an answer.
-    produce: Arc<Mutex<std::collections::HashSet<i32>>>,
+    /// Correlation id → version of Produce requests that expect an answer.
+    produce: Arc<Mutex<HashMap<i32, i16>>>,
     hold: Duration,
     outstanding: Arc<AtomicUsize>,
     max_outstanding: Arc<AtomicUsize>,
     produce_requests: Arc<AtomicUsize>,
+    out_of_order_answers: Arc<AtomicUsize>,
     cutting: Arc<AtomicBool>,
     total_cuts: (Arc<AtomicUsize>, Arc<AtomicUsize>),
     rewritten: Arc<AtomicUsize>,
@@ -306,9 +316,10 @@ impl Conn {
                     }
                     // Produce v3+: header, client id, transactional id, acks.
                     if frame.len() >= 12 && i16::from_be_bytes([frame[4], frame[5]]) == ApiKey::Produce as i16 {
+                        let version = i16::from_be_bytes([frame[6], frame[7]]);
                         let correlation = i32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
                         if produce_expects_answer(&frame) {
-                            this.produce.lock().unwrap().insert(correlation);
+                            this.produce.lock().unwrap().insert(correlation, version);
                             let now = this.outstanding.fetch_add(1, Ordering::SeqCst) + 1;
                             this.max_outstanding.fetch_max(now, Ordering::SeqCst);
                             this.produce_requests.fetch_add(1, Ordering::SeqCst);
@@ -340,8 +351,8 @@ impl Conn {
                     if let Some(version) = metadata_version {
                         frame = this.rewrite_metadata(&frame, version);
                     }
-                    let was_produce = this.produce.lock().unwrap().remove(&correlation);
-                    if was_produce {
+                    let produce_version = this.produce.lock().unwrap().remove(&correlation);
+                    if produce_version.is_some() {
                         if !this.hold.is_zero() {
                             tokio::time::sleep(this.hold).await;
                         }
@@ -355,6 +366,10 @@ impl Conn {
                     sent += frame.len();
                     if cw.write_all(&frame).await.is_err() {
                         return;
+                    }
+                    if let Some(version) = produce_version {
+                        let n = out_of_order_partitions(&frame, version);
+                        this.out_of_order_answers.fetch_add(n, Ordering::SeqCst);
                     }
                 }
             }
@@ -391,6 +406,20 @@ impl Conn {
 /// Whether a Produce request wants a response (acks != 0). Request header
 /// v1/v2: api key, version, correlation id, client id (i16 length), tagged
 /// fields when flexible (v9+); then the transactional id and acks.
+/// Partitions answered OUT_OF_ORDER_SEQUENCE_NUMBER (45) in a Produce
+/// response frame (size prefix included) of request version `version`.
+fn out_of_order_partitions(frame: &[u8], version: i16) -> usize {
+    let mut buf = Bytes::copy_from_slice(&frame[4..]);
+    let header_version = ApiKey::Produce.response_header_version(version);
+    ResponseHeader::decode(&mut buf, header_version).expect("produce response header");
+    let body = ProduceResponse::decode(&mut buf, version).expect("produce response");
+    body.responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter())
+        .filter(|p| p.error_code == 45)
+        .count()
+}
+
 fn produce_expects_answer(frame: &[u8]) -> bool {
     let version = i16::from_be_bytes([frame[6], frame[7]]);
     let mut pos = 12;
