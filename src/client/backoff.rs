@@ -74,6 +74,12 @@ impl Backoff {
         Duration::from_nanos(half + jitter)
     }
 
+    /// Starts over from the base delay (after a success), keeping the
+    /// jitter source: no new seed drawn from the OS (a system call).
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+
     /// Sleeps for the next delay.
     pub async fn sleep(&mut self) {
         tokio::time::sleep(self.next_delay()).await;
@@ -105,6 +111,18 @@ mod tests {
             prev_ceiling = ceiling;
         }
         assert_eq!(b.attempts(), 10);
+    }
+
+    #[test]
+    fn reset_starts_over_from_the_base_delay() {
+        let mut b = Backoff::with_rng(Duration::from_millis(10), Duration::from_secs(1), Box::new(|| 0));
+        for _ in 0..4 {
+            b.next_delay();
+        }
+        assert_eq!(b.next_delay(), Duration::from_millis(80));
+        b.reset();
+        assert_eq!(b.attempts(), 0);
+        assert_eq!(b.next_delay(), Duration::from_millis(5));
     }
 
     #[test]

@@ -1275,11 +1275,13 @@ impl Consumer {
     }
 
     fn pace(&mut self, broker: i32) -> &mut BrokerPace {
-        let backoff = self.cluster.backoff();
+        // Built only for a broker seen first (a backoff's jitter seed is a
+        // system call; this runs once per fetch answer).
+        let cluster = &self.cluster;
         self.pace.entry(broker).or_insert_with(|| BrokerPace {
             not_before: None,
             stalled_wait: None,
-            backoff: std::sync::Mutex::new(backoff),
+            backoff: std::sync::Mutex::new(cluster.backoff()),
         })
     }
 
@@ -1354,7 +1356,6 @@ impl Consumer {
         }
         let throttle = Duration::from_millis(outcome.throttle_ms as u64).min(self.config.max_throttle);
         let retriable_error = outcome.retriable_error;
-        let fresh = self.cluster.backoff();
         let pace = self.pace(broker);
         let mut not_before = now + throttle;
         if retriable_error {
@@ -1376,7 +1377,7 @@ impl Consumer {
             // one that answers empty at once cannot make us spin).
             not_before = not_before.max(sent + asked);
         } else {
-            pace.backoff = std::sync::Mutex::new(fresh);
+            pace.backoff.get_mut().unwrap_or_else(|e| e.into_inner()).reset();
             pace.stalled_wait = None;
         }
         pace.not_before = (not_before > now).then_some(not_before);
